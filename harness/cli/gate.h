@@ -1,0 +1,52 @@
+// gate.h — one run of the correctness gate: the named scenarios of the
+// suite and the properties, on one backend, with one seed. Produces the
+// CheckReport that the report writers render and whose passed() decides
+// the exit code of `gradeq check`.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "harness/equivalence.h"
+#include "properties/property_runner.h"
+
+namespace gradeq {
+
+struct GateOptions {
+  std::uint64_t seed = 1;
+  int cases = 100;                       // per property
+  std::vector<std::string> scenarios;    // empty: the whole suite
+  std::vector<std::string> properties;   // empty: every property
+  bool run_scenarios = true;
+  bool run_properties = true;
+  ErrorModel model;
+};
+
+struct CheckReport {
+  std::string backend;
+  std::string version;
+  std::string started_at;  // UTC, ISO 8601
+  std::uint64_t seed = 0;
+  int cases = 0;
+  ErrorModel model;
+  std::vector<ScenarioResult> scenarios;
+  std::vector<PropertyRun> properties;
+  double seconds = 0.0;
+
+  bool passed() const;
+  long failures() const;
+};
+
+// Progress lines ("[3/10] scenario token_ce_padded_uneven"); may be empty.
+using ProgressSink = std::function<void(const std::string&)>;
+
+// Throws std::invalid_argument for unknown scenario or property names.
+CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFactory& loop = correct_loop(),
+                     const ProgressSink& progress = {});
+
+// Deterministic per-item seed derived from the run seed.
+std::uint64_t mix_seed(std::uint64_t run_seed, std::uint64_t item);
+
+}  // namespace gradeq

@@ -1,0 +1,195 @@
+// main.cpp — the `gradeq` command line.
+//
+//   gradeq check   [options]            the gate: exit 0 pass, 1 failure
+//   gradeq report  --out DIR [options]  the gate, plus report.json/.md and junit.xml
+//   gradeq list    [scenarios|properties|backends]
+//
+// Exit codes: 0 pass, 1 verification failure, 2 bad usage or input,
+// 3 environment (e.g. cuda asked for but unavailable).
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "harness/backends.h"
+#include "harness/cli/gate.h"
+#include "harness/dump.h"
+#include "harness/suite.h"
+#include "reports/report.h"
+
+namespace {
+
+using namespace gradeq;
+
+constexpr int kExitPass = 0, kExitFail = 1, kExitUsage = 2, kExitEnvironment = 3;
+
+struct CheckArgs {
+  std::string backend = "cpu";
+  std::uint64_t seed = 1;
+  int cases = 100;
+  std::vector<std::string> scenarios, properties;
+  std::string error_model = "deterministic";
+  std::string report_dir, junit_file, dump_dir;
+};
+
+void add_check_options(CLI::App& cmd, CheckArgs& a) {
+  cmd.add_option("--backend", a.backend, "Backend under test")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd.add_option("--seed", a.seed, "Run seed: the same seed reproduces the same run")->check(CLI::PositiveNumber);
+  cmd.add_option("--cases", a.cases, "Successful cases per property")->check(CLI::Range(1, 1000000));
+  cmd.add_option("--scenario", a.scenarios, "Run only this named scenario (repeatable)");
+  cmd.add_option("--property", a.properties, "Run only this property (repeatable)");
+  cmd.add_option("--error-model", a.error_model, "Reduction bound: deterministic or probabilistic")
+      ->check(CLI::IsMember({"deterministic", "probabilistic"}));
+  cmd.add_option("--junit", a.junit_file, "Also write JUnit XML to this file");
+  cmd.add_option("--dump", a.dump_dir, "Write the tensors of the one --scenario as .npy files into this directory");
+}
+
+bool stderr_is_terminal() { return isatty(STDERR_FILENO) == 1; }
+
+void print_summary(const CheckReport& r) {
+  for (const ScenarioResult& s : r.scenarios) {
+    std::cout << fmt::format("  {:4}  scenario {:28} accumulation err/bound {:.2e}  kernel {:.2e}  ({:.2f} s)\n",
+                             s.passed() ? "pass" : "FAIL", s.spec.name, s.accumulation.worst_ratio,
+                             s.kernel.worst_ratio, s.seconds);
+    if (!s.passed()) std::cout << "        " << s.first_failure() << "\n";
+  }
+  for (const PropertyRun& p : r.properties) {
+    std::cout << fmt::format("  {:4}  property {:28} {} cases, worst err/bound {:.2e}, discarded {} vacuous + {} "
+                             "ill-conditioned  ({:.2f} s)\n",
+                             p.passed ? "pass" : "FAIL", p.name, p.cases, p.worst_ratio, p.discarded_vacuous,
+                             p.discarded_ill_conditioned, p.seconds);
+    if (!p.passed) {
+      std::cout << "        " << p.message << "\n";
+      if (!p.counterexample.empty()) std::cout << "        counterexample: " << p.counterexample << "\n";
+      if (!p.reproduce.empty()) std::cout << "        reproduce: RC_PARAMS=\"" << p.reproduce << "\"\n";
+    }
+  }
+  std::cout << fmt::format("result: {} ({} checks, {} failing) in {:.1f} s\n", r.passed() ? "PASS" : "FAIL",
+                           r.scenarios.size() + r.properties.size(), r.failures(), r.seconds);
+}
+
+int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir) {
+  if (!a.dump_dir.empty() && a.scenarios.size() != 1)
+    throw std::invalid_argument("--dump needs exactly one --scenario (see `gradeq list scenarios`)");
+  std::unique_ptr<Backend> backend = make_backend(a.backend);
+  GateOptions options;
+  options.seed = a.seed;
+  options.cases = a.cases;
+  options.scenarios = a.scenarios;
+  options.properties = a.properties;
+  // Naming only scenarios (or only properties) runs only those.
+  options.run_scenarios = !(a.scenarios.empty() && !a.properties.empty());
+  options.run_properties = !(a.properties.empty() && !a.scenarios.empty());
+  options.model.reduction =
+      a.error_model == "probabilistic" ? ref::ReductionBound::probabilistic : ref::ReductionBound::deterministic;
+
+  std::cout << fmt::format("gradeq check: backend {}, seed {}, {} cases per property, {} error model\n",
+                           backend->name(), a.seed, a.cases, a.error_model);
+  ProgressSink progress;
+  if (stderr_is_terminal())
+    progress = [](const std::string& line) { std::cerr << "\r\033[K" << line << std::flush; };
+  const CheckReport report = run_gate(options, *backend, correct_loop(), progress);
+  if (progress) std::cerr << "\r\033[K" << std::flush;
+  print_summary(report);
+
+  if (report_dir) {
+    write_reports(*report_dir, report);
+    std::cout << "wrote " << *report_dir << "/report.json, report.md, junit.xml\n";
+  }
+  if (!a.junit_file.empty()) {
+    write_text(a.junit_file, report_junit(report));
+    std::cout << "wrote " << a.junit_file << "\n";
+  }
+  if (!a.dump_dir.empty()) {
+    const std::vector<ScenarioSpec> suite = default_scenarios();
+    ScenarioSpec spec = *find_scenario(suite, a.scenarios.front());
+    spec.seed = mix_seed(a.seed, spec.seed);
+    const Scenario scenario = materialize(spec);
+    const int files = dump_scenario(a.dump_dir, scenario, execute(scenario, *backend, correct_loop(), options.model));
+    std::cout << "wrote " << files << " files into " << a.dump_dir << " (manifest.json names them)\n";
+  }
+  return report.passed() ? kExitPass : kExitFail;
+}
+
+int run_list(const std::string& what) {
+  if (what == "scenarios" || what == "all") {
+    std::cout << "scenarios:\n";
+    for (const ScenarioSpec& s : default_scenarios())
+      std::cout << fmt::format("  {:28} {}  split {}\n", s.name, ref::describe(s.model), describe_split(s.split));
+  }
+  if (what == "properties" || what == "all") {
+    std::cout << "properties:\n";
+    for (const Property& p : default_properties()) std::cout << fmt::format("  {:28} {}\n", p.name, p.description);
+  }
+  if (what == "backends" || what == "all") {
+    std::cout << "backends:\n";
+    for (const BackendInfo& b : list_backends())
+      std::cout << fmt::format("  {:6} {:12} {}\n", b.name, b.available ? "available" : "unavailable", b.detail);
+  }
+  return kExitPass;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gradeq: do N loss-scaled micro-batches give the same gradients, step and weights as one batch?"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("gradeq ") + GRADEQ_VERSION);
+
+  CheckArgs check_args;
+  CLI::App* check = app.add_subcommand("check", "Run the gate (default suite and properties); exit 0 pass, 1 fail");
+  add_check_options(*check, check_args);
+  check->add_option("--report", check_args.report_dir, "Also write report.json, report.md and junit.xml here");
+
+  CheckArgs report_args;
+  std::string out_dir;
+  CLI::App* report = app.add_subcommand("report", "Run the gate and write report.json, report.md, junit.xml");
+  add_check_options(*report, report_args);
+  report->add_option("--out", out_dir, "Directory for the reports")->required();
+
+  std::string list_what = "all";
+  CLI::App* list = app.add_subcommand("list", "List scenarios, properties and backends");
+  list->add_option("what", list_what, "scenarios, properties, backends or all")
+      ->check(CLI::IsMember({"scenarios", "properties", "backends", "all"}));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return kExitPass;
+  } catch (const CLI::CallForAllHelp&) {
+    std::cout << app.help("", CLI::AppFormatMode::All);
+    return kExitPass;
+  } catch (const CLI::CallForVersion&) {
+    std::cout << "gradeq " << GRADEQ_VERSION << "\n";
+    return kExitPass;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "gradeq: " << e.what() << "\nRun `gradeq --help` for usage.\n";
+    return kExitUsage;
+  }
+
+  try {
+    if (*check) {
+      const std::optional<std::string> dir =
+          check_args.report_dir.empty() ? std::nullopt : std::optional<std::string>(check_args.report_dir);
+      return run_check(check_args, dir);
+    }
+    if (*report) return run_check(report_args, out_dir);
+    if (*list) return run_list(list_what);
+  } catch (const EnvironmentError& e) {
+    std::cerr << "gradeq: " << e.what() << "\n";
+    return kExitEnvironment;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "gradeq: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << "gradeq: internal error: " << e.what() << "\n";
+    return kExitFail;
+  }
+  return kExitUsage;
+}

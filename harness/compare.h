@@ -1,0 +1,46 @@
+// compare.h — one tensor against its expected values and per-element bound:
+// the error metrics a report shows and the pass/fail of the comparison.
+// NaN or Inf never passes: a non-finite actual value fails, and a bound the
+// error model could not give (Inf: ill-conditioned element) fails too.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kernels/dtype.h"
+
+namespace gradeq {
+
+struct ErrorMetrics {
+  double max_abs = 0.0;       // max |a - e|
+  double max_rel = 0.0;       // max |a - e| / |e| over e != 0
+  double normwise_rel = 0.0;  // ||a - e||_2 / ||e||_2
+  double max_ulp = 0.0;       // max |a - e| in units in the last place of e, in the kernel dtype
+  double cosine = 1.0;        // a.e / (||a|| ||e||)
+};
+
+struct TensorCheck {
+  std::string name;
+  long rows = 0, cols = 0;
+  DType dtype = DType::f32;
+  ErrorMetrics metrics;
+  // The element that used the largest share of its bound.
+  double worst_ratio = 0.0;  // |a - e| / bound there; <= 1 passes
+  long worst_index = -1;
+  double worst_error = 0.0, worst_bound = 0.0, worst_expected = 0.0, worst_actual = 0.0;
+  double expected_norm = 0.0;
+  long non_finite_actual = 0;  // NaN / Inf in the values under test
+  long unbounded = 0;          // elements where the error model gives no finite bound
+
+  bool passed() const { return non_finite_actual == 0 && unbounded == 0 && worst_ratio <= 1.0; }
+  std::string failure_reason() const;  // empty when passed
+};
+
+// ulp of x in dtype t: the spacing of t's values at |x|.
+double ulp_in(double x, DType t);
+
+TensorCheck compare_tensor(const std::string& name, long rows, long cols, DType dtype,
+                           const std::vector<double>& expected, const std::vector<double>& actual,
+                           const std::vector<double>& bound);
+
+}  // namespace gradeq

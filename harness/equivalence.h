@@ -1,0 +1,78 @@
+// equivalence.h — one scenario, four runs, three verdicts (DESIGN.md):
+//
+//   R_full, R_acc  float64 reference, full batch and accumulated (same split)
+//   K_full, K_acc  backend under test, full batch and accumulated
+//
+//   math equivalence          R_acc vs R_full   float64 rounding only, or a
+//                                               named expected divergence
+//   kernel correctness        K_full vs R_full and K_acc vs R_acc
+//   accumulation equivalence  K_acc vs R_full   the headline check
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "harness/compare.h"
+#include "harness/reference_run.h"
+#include "harness/scenario.h"
+#include "harness/tolerance.h"
+#include "harness/training_loop.h"
+
+namespace gradeq {
+
+enum class VerdictKind { math_equivalence, kernel_correctness, accumulation_equivalence };
+enum class Status {
+  pass,
+  fail,
+  expected_divergence,  // a named expectation (BatchNorm): reported, never a failure
+  inconclusive,         // the error model gives no finite bound for some element
+                        // (ill-conditioned case): neither pass nor a kernel failure
+};
+
+std::string verdict_name(VerdictKind k);
+std::string status_name(Status s);
+
+struct Verdict {
+  VerdictKind kind = VerdictKind::math_equivalence;
+  Status status = Status::pass;
+  std::vector<TensorCheck> checks;
+  double worst_ratio = 0.0;
+  std::string note;  // why it failed, or why divergence is expected
+};
+
+struct Runs {
+  ReferenceRun r_full, r_acc;
+  KernelRun k_full, k_acc;
+};
+
+// Builds the training loop a run uses; the correct loop by default, a
+// mutant's loop in the self-test.
+using LoopFactory = std::function<std::unique_ptr<TrainingLoop>(Backend&)>;
+LoopFactory correct_loop();
+
+struct ScenarioResult {
+  ScenarioSpec spec;
+  Verdict math, kernel, accumulation;
+  // Every reference gradient is exactly zero: the comparison could not fail
+  // for the right reason, so the scenario counts as failed.
+  bool vacuous = false;
+  double seconds = 0.0;
+
+  // Passed: no verdict failed or was inconclusive, and not vacuous.
+  bool passed() const;
+  bool inconclusive() const;
+  std::string first_failure() const;  // empty when passed
+};
+
+// Whether the model treats samples independently, so that R_acc = R_full in
+// exact arithmetic.
+bool expects_equivalence(const ScenarioSpec& spec);
+
+Runs execute(const Scenario& scenario, Backend& backend, const LoopFactory& loop, const ErrorModel& model);
+ScenarioResult judge(const Scenario& scenario, const Runs& runs);
+ScenarioResult check_scenario(const ScenarioSpec& spec, Backend& backend, const LoopFactory& loop,
+                              const ErrorModel& model);
+
+}  // namespace gradeq

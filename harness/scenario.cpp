@@ -1,0 +1,176 @@
+// scenario.cpp — splits, validation, and seeded generation of a scenario's
+// tensors. Every generated value is rounded to float32 so that the float64
+// reference and the kernels start from identical numbers.
+#include "harness/scenario.h"
+
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+namespace gradeq {
+namespace {
+
+// Portable, seeded draws: mt19937_64's sequence is fixed by the standard;
+// the distributions are written here so results do not depend on the
+// standard library's implementation of std::normal_distribution.
+class SeededRandom {
+ public:
+  explicit SeededRandom(std::uint64_t seed) : engine_(seed) {}
+  double uniform() { return static_cast<double>(engine_() >> 11) * 0x1p-53; }  // [0, 1)
+  double normal() {                                                            // Box-Muller
+    const double u1 = 1.0 - uniform(), u2 = uniform();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+  }
+  long integer(long lo, long hi) { return lo + static_cast<long>(uniform() * static_cast<double>(hi - lo + 1)); }
+
+ private:
+  std::mt19937_64 engine_;
+};
+
+double as_float32(double v) { return static_cast<double>(static_cast<float>(v)); }
+
+ref::Matrix<double> draw(SeededRandom& rng, long rows, long cols, DataKind kind, double scale = 1.0) {
+  ref::Matrix<double> m(rows, cols);
+  for (long i = 0; i < m.size(); ++i) {
+    double v = 0.0;
+    switch (kind) {
+      case DataKind::normal:
+      case DataKind::padded_sequences: v = scale * rng.normal(); break;
+      case DataKind::wide_range: v = scale * rng.normal() * std::ldexp(1.0, static_cast<int>(rng.integer(-10, 2))); break;
+      case DataKind::dyadic: v = static_cast<double>(rng.integer(-2, 2)); break;
+    }
+    m.data()[i] = as_float32(v);
+  }
+  return m;
+}
+
+ref::Matrix<double> filled(long rows, long cols, double v) { return ref::Matrix<double>::Constant(rows, cols, v); }
+
+ref::Tensors<double> initial_parameters(const ScenarioSpec& s, SeededRandom& rng) {
+  const std::vector<ref::ParameterInfo> layout = ref::parameter_layout(s.model);
+  const bool dyadic = s.data == DataKind::dyadic;
+  ref::Tensors<double> params;
+  for (const ref::ParameterInfo& p : layout) {
+    const ref::LayerKind kind = s.model.layers[p.layer].kind;
+    const bool is_weight = p.name.ends_with(".weight");
+    if (kind == ref::LayerKind::linear) {
+      // Dyadic weights stay small integers; others are scaled like a
+      // standard initialization so activations keep unit size.
+      params.push_back(dyadic ? draw(rng, p.rows, p.cols, DataKind::dyadic)
+                              : draw(rng, p.rows, p.cols, DataKind::normal,
+                                     is_weight ? 1.0 / std::sqrt(static_cast<double>(p.cols)) : 0.1));
+    } else {
+      // Normalizer affine parameters: gamma near 1, beta near 0.
+      ref::Matrix<double> m = draw(rng, p.rows, p.cols, DataKind::normal, 0.1);
+      if (is_weight) m.array() += 1.0;
+      for (long i = 0; i < m.size(); ++i) m.data()[i] = as_float32(m.data()[i]);
+      params.push_back(dyadic ? filled(p.rows, p.cols, is_weight ? 1.0 : 0.0) : m);
+    }
+  }
+  return params;
+}
+
+ref::Batch make_window(const ScenarioSpec& s, SeededRandom& rng, long samples) {
+  const long rows = samples * s.model.positions;
+  const long outputs = ref::layer_widths(s.model).back();
+  ref::Batch b;
+  b.positions = s.model.positions;
+  b.inputs = draw(rng, rows, s.model.input_features, s.data);
+  if (s.model.loss == ref::LossKind::mse) {
+    b.targets = s.data == DataKind::dyadic ? draw(rng, rows, outputs, DataKind::dyadic)
+                                           : draw(rng, rows, outputs, DataKind::normal);
+    return b;
+  }
+  b.classes.resize(static_cast<std::size_t>(rows));
+  for (long sample = 0; sample < samples; ++sample) {
+    const long length = s.data == DataKind::padded_sequences ? rng.integer(1, s.model.positions) : s.model.positions;
+    for (long t = 0; t < s.model.positions; ++t)
+      b.classes[sample * s.model.positions + t] =
+          t < length ? static_cast<int>(rng.integer(0, outputs - 1)) : ref::kIgnoreClass;
+  }
+  return b;
+}
+
+bool is_power_of_two(double v) {
+  int e = 0;
+  return v > 0.0 && std::frexp(v, &e) == 0.5;
+}
+
+}  // namespace
+
+std::string data_kind_name(DataKind k) {
+  switch (k) {
+    case DataKind::normal: return "normal";
+    case DataKind::wide_range: return "wide_range";
+    case DataKind::padded_sequences: return "padded_sequences";
+    case DataKind::dyadic: return "dyadic";
+  }
+  return "?";
+}
+
+std::string describe_split(const Split& split) {
+  std::ostringstream os;
+  for (std::size_t w = 0; w < split.size(); ++w) {
+    if (w) os << " ";
+    os << "[";
+    for (std::size_t b = 0; b < split[w].size(); ++b) os << (b ? "," : "") << split[w][b];
+    os << "]";
+  }
+  return os.str();
+}
+
+Split full_batch_split(const Split& split) {
+  Split full;
+  for (const auto& window : split) full.push_back({std::accumulate(window.begin(), window.end(), 0L)});
+  return full;
+}
+
+long total_samples(const Split& split) {
+  long n = 0;
+  for (const auto& w : split) n += std::accumulate(w.begin(), w.end(), 0L);
+  return n;
+}
+
+Split equal_split(long windows, long micro_batches, long micro_batch_samples) {
+  return Split(static_cast<std::size_t>(windows), std::vector<long>(static_cast<std::size_t>(micro_batches), micro_batch_samples));
+}
+
+Split partial_last_window_split(long micro_batches, long window, long micro_batch_samples) {
+  if (micro_batches < 1 || window < 1 || micro_batch_samples < 1)
+    throw std::invalid_argument("split: micro-batches, window and micro-batch size must be >= 1");
+  Split s;
+  for (long first = 0; first < micro_batches; first += window)
+    s.push_back(std::vector<long>(static_cast<std::size_t>(std::min(window, micro_batches - first)), micro_batch_samples));
+  return s;
+}
+
+void validate(const ScenarioSpec& s) {
+  ref::validate(s.model);
+  if (s.split.empty()) throw std::invalid_argument("split: at least one window is needed");
+  for (std::size_t w = 0; w < s.split.size(); ++w) {
+    if (s.split[w].empty()) throw std::invalid_argument("split: window " + std::to_string(w) + " has no micro-batches");
+    for (long n : s.split[w])
+      if (n < 1)
+        throw std::invalid_argument("split: window " + std::to_string(w) + " has a micro-batch of " +
+                                    std::to_string(n) + " samples; each needs >= 1");
+  }
+  if (s.data == DataKind::padded_sequences && s.model.loss != ref::LossKind::cross_entropy)
+    throw std::invalid_argument("data: padded_sequences needs the cross_entropy loss (padding is an ignore mask)");
+  if (!(s.procedure.optimizer.lr > 0.0) || !std::isfinite(s.procedure.optimizer.lr))
+    throw std::invalid_argument("optimizer: learning rate must be finite and > 0");
+  if (!is_power_of_two(s.procedure.loss_scale))
+    throw std::invalid_argument("precision: loss scale must be a power of two (so scaling is exact)");
+}
+
+Scenario materialize(const ScenarioSpec& spec) {
+  validate(spec);
+  SeededRandom rng(spec.seed);
+  Scenario s{spec, initial_parameters(spec, rng), {}};
+  for (const auto& window : spec.split)
+    s.windows.push_back(make_window(spec, rng, std::accumulate(window.begin(), window.end(), 0L)));
+  return s;
+}
+
+}  // namespace gradeq

@@ -1,0 +1,70 @@
+// scenario.h — what one equivalence check runs: a model, data of a given
+// kind, a split of the data into windows of micro-batches, the procedure's
+// configuration and the kernel's precision; all generated from one seed.
+//
+// A ScenarioSpec is the declarative description (what a user writes, what a
+// property generates, what a report names); materialize() turns it into the
+// float32-representable tensors every run starts from.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/dtype.h"
+#include "reference/procedure.h"
+
+namespace gradeq {
+
+enum class DataKind {
+  normal,            // N(0, 1) inputs and targets
+  wide_range,        // N(0, 1) scaled by 2^k, k uniform in [-10, 2], per element: 12 binades
+  padded_sequences,  // token sequences of random length in [1, positions]; the rest is padding
+  dyadic,            // small integers: float32 arithmetic on them is exact
+};
+
+std::string data_kind_name(DataKind k);
+
+// The kernel's precision configuration.
+struct PrecisionSpec {
+  DType compute = DType::f32;     // activations and the compute copy of the weights
+  DType accumulate = DType::f32;  // the gradient accumulation buffer
+};
+
+// A split: the micro-batch sizes (in samples) of each window. One window is
+// one optimizer step.
+using Split = std::vector<std::vector<long>>;
+
+std::string describe_split(const Split& split);
+// Every window's micro-batches merged into one: the full-batch counterpart.
+Split full_batch_split(const Split& split);
+long total_samples(const Split& split);
+
+// Common split shapes.
+Split equal_split(long windows, long micro_batches, long micro_batch_samples);
+// A stream of `micro_batches` micro-batches of equal size, grouped into windows
+// of `window` micro-batches; the last window is partial when it does not divide.
+Split partial_last_window_split(long micro_batches, long window, long micro_batch_samples);
+
+struct ScenarioSpec {
+  std::string name;
+  ref::ModelSpec model;
+  DataKind data = DataKind::normal;
+  Split split;
+  ref::ProcedureConfig procedure;
+  PrecisionSpec precision;
+  std::uint64_t seed = 1;
+};
+
+// Throws std::invalid_argument naming the first thing that is wrong.
+void validate(const ScenarioSpec& spec);
+
+struct Scenario {
+  ScenarioSpec spec;
+  ref::Tensors<double> initial_params;
+  std::vector<ref::Batch> windows;  // one batch per window, in order
+};
+
+Scenario materialize(const ScenarioSpec& spec);
+
+}  // namespace gradeq

@@ -1,0 +1,90 @@
+// suite.cpp — the default scenarios.
+#include "harness/suite.h"
+
+namespace gradeq {
+namespace {
+using ref::LayerKind;
+using ref::LossKind;
+}  // namespace
+
+std::vector<ScenarioSpec> default_scenarios() {
+  std::vector<ScenarioSpec> suite;
+  {
+    ScenarioSpec s;
+    s.name = "mlp_mse_equal";
+    s.model.input_features = 16;
+    s.model.layers = {{LayerKind::linear, 32}, {LayerKind::relu, 0}, {LayerKind::linear, 4}};
+    s.model.loss = LossKind::mse;
+    s.split = equal_split(1, 4, 8);
+    s.seed = 11;
+    suite.push_back(s);
+  }
+  {
+    ScenarioSpec s;
+    s.name = "mlp_gelu_layernorm_uneven";
+    s.model.input_features = 13;
+    s.model.layers = {{LayerKind::linear, 31}, {LayerKind::gelu, 0}, {LayerKind::layer_norm, 0}, {LayerKind::linear, 5}};
+    s.model.loss = LossKind::mse;
+    s.split = {{3, 7, 5, 1}};
+    s.seed = 12;
+    suite.push_back(s);
+  }
+  {
+    // Padded sequences make per-micro-batch token counts differ: the case
+    // where a mean of per-micro-batch means goes wrong.
+    ScenarioSpec s;
+    s.name = "token_ce_padded_uneven";
+    s.model.input_features = 16;
+    s.model.positions = 8;
+    s.model.layers = {{LayerKind::linear, 32}, {LayerKind::gelu, 0}, {LayerKind::layer_norm, 0}, {LayerKind::linear, 11}};
+    s.model.loss = LossKind::cross_entropy;
+    s.data = DataKind::padded_sequences;
+    s.split = {{2, 5, 1, 4}, {3, 3, 2, 4}};
+    s.seed = 13;
+    suite.push_back(s);
+  }
+  {
+    // 10 micro-batches in windows of 4: the last window holds 2.
+    ScenarioSpec s;
+    s.name = "partial_last_window";
+    s.model.input_features = 8;
+    s.model.layers = {{LayerKind::linear, 16}, {LayerKind::relu, 0}, {LayerKind::linear, 3}};
+    s.model.loss = LossKind::mse;
+    s.split = partial_last_window_split(10, 4, 4);
+    s.seed = 14;
+    suite.push_back(s);
+  }
+  {
+    ScenarioSpec s;
+    s.name = "wide_range_data";
+    s.model.input_features = 17;
+    s.model.layers = {{LayerKind::linear, 9}, {LayerKind::gelu, 0}, {LayerKind::linear, 2}};
+    s.model.loss = LossKind::mse;
+    s.data = DataKind::wide_range;
+    s.split = {{5, 2, 9}, {4, 4, 8}};
+    s.seed = 15;
+    suite.push_back(s);
+  }
+  {
+    // Exact arithmetic: every run must agree bitwise (see the Exactness property).
+    ScenarioSpec s;
+    s.name = "exact_dyadic";
+    s.model.input_features = 8;
+    s.model.layers = {{LayerKind::linear, 8}, {LayerKind::relu, 0}, {LayerKind::linear, 4}};
+    s.model.loss = LossKind::mse;
+    s.data = DataKind::dyadic;
+    s.split = equal_split(1, 4, 4);
+    s.procedure.optimizer.lr = 0.0625;
+    s.seed = 16;
+    suite.push_back(s);
+  }
+  return suite;
+}
+
+const ScenarioSpec* find_scenario(const std::vector<ScenarioSpec>& suite, const std::string& name) {
+  for (const ScenarioSpec& s : suite)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+}  // namespace gradeq

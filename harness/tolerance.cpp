@@ -1,0 +1,37 @@
+// tolerance.cpp — dtype facts into the reference's RoundingModel.
+#include "harness/tolerance.h"
+
+#include <sstream>
+
+namespace gradeq {
+namespace {
+ref::StorageFormat storage_format(DType t) {
+  const DTypeFacts f = dtype_facts(t);
+  // A float32 register stored as float32 is exact: no rounding added.
+  if (t == DType::f32) return {0.0, 0.0, f.significand_bits, -126};
+  return {f.unit_roundoff, f.underflow_floor, f.significand_bits, t == DType::f16 ? -14 : -126};
+}
+}  // namespace
+
+std::string error_model_name(const ErrorModel& m) {
+  if (m.reduction == ref::ReductionBound::deterministic) return "deterministic (gamma_n = nu/(1-nu))";
+  std::ostringstream os;
+  os << "probabilistic (lambda sqrt(n) u, lambda = " << m.confidence << ")";
+  return os.str();
+}
+
+ref::RoundingModel rounding_model_for(const PrecisionSpec& precision, const ErrorModel& model) {
+  ref::RoundingModel r;
+  const DTypeFacts f32 = dtype_facts(DType::f32);
+  r.arithmetic_u = f32.unit_roundoff;
+  r.arithmetic_floor = f32.underflow_floor;
+  r.reduction_u = f32.unit_roundoff;
+  r.reduction = model.reduction;
+  r.confidence = model.confidence;
+  r.compute = storage_format(precision.compute);
+  r.accumulate = storage_format(precision.accumulate);
+  r.master = storage_format(DType::f32);
+  return r;
+}
+
+}  // namespace gradeq

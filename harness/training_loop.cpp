@@ -1,0 +1,240 @@
+// training_loop.cpp — the correct accumulation procedure on a Backend.
+#include "harness/training_loop.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+
+namespace gradeq {
+namespace {
+
+constexpr float kPoison = std::numeric_limits<float>::quiet_NaN();
+
+Tensor first_rows(const Tensor& t, long rows) { return Tensor{t.data, rows, t.cols, t.dtype}; }
+
+std::vector<float> to_float(const ref::Matrix<double>& m) {
+  std::vector<float> v(static_cast<std::size_t>(m.size()));
+  for (long i = 0; i < m.size(); ++i) v[i] = static_cast<float>(m.data()[i]);
+  return v;
+}
+
+NormConfig norm_config(const ref::ModelSpec& spec, ref::LayerKind kind) {
+  NormConfig c;
+  c.positions = spec.positions;
+  c.eps = static_cast<float>(spec.norm_eps);
+  switch (kind) {
+    case ref::LayerKind::layer_norm: c.kind = NormKind::layer; break;
+    default: throw std::logic_error("norm_config: not a normalizer");
+  }
+  return c;
+}
+
+bool is_norm(ref::LayerKind k) { return k == ref::LayerKind::layer_norm; }
+
+}  // namespace
+
+TrainingLoop::~TrainingLoop() { release_all(); }
+
+void TrainingLoop::release_all() {
+  for (Tensor* t : owned_)
+    if (t->data) backend_.release(*t);
+  owned_.clear();
+}
+
+void TrainingLoop::allocate(const Scenario& s, long max_rows) {
+  release_all();
+  const ref::ModelSpec& m = s.spec.model;
+  const std::vector<ref::ParameterInfo> layout = ref::parameter_layout(m);
+  const std::vector<long> widths = ref::layer_widths(m);
+  const DType compute = s.spec.precision.compute;
+  params_.assign(layout.size(), {});
+  compute_params_.assign(layout.size(), {});
+  grads_.assign(layout.size(), {});
+  activations_.assign(widths.size(), {});
+  activation_grads_.assign(widths.size(), {});
+  saved_mean_.assign(m.layers.size(), {});
+  saved_rstd_.assign(m.layers.size(), {});
+  auto own = [&](Tensor& t, long rows, long cols, DType d) {
+    t = backend_.allocate(rows, cols, d);
+    owned_.push_back(&t);
+  };
+  for (std::size_t p = 0; p < layout.size(); ++p) {
+    own(params_[p], layout[p].rows, layout[p].cols, DType::f32);
+    own(grads_[p], layout[p].rows, layout[p].cols, s.spec.precision.accumulate);
+    if (compute == DType::f32) {
+      compute_params_[p] = params_[p];
+    } else {
+      own(compute_params_[p], layout[p].rows, layout[p].cols, compute);
+    }
+    backend_.upload(params_[p], to_float(s.initial_params[p]));
+  }
+  for (std::size_t l = 0; l < widths.size(); ++l) {
+    own(activations_[l], max_rows, widths[l], compute);
+    own(activation_grads_[l], max_rows, widths[l], compute);
+  }
+  for (std::size_t l = 0; l < m.layers.size(); ++l) {
+    if (!is_norm(m.layers[l].kind)) continue;
+    own(saved_mean_[l], 1, max_rows, DType::f32);
+    own(saved_rstd_[l], 1, max_rows, DType::f32);
+  }
+  own(targets_, max_rows, m.loss == ref::LossKind::mse ? widths.back() : 1, DType::f32);
+}
+
+KernelRun TrainingLoop::run(const Scenario& scenario, const Split& split) {
+  scenario_ = &scenario;
+  if (split.size() != scenario.windows.size()) throw std::invalid_argument("run: split and data disagree on windows");
+  long max_rows = 0;
+  for (const auto& w : split)
+    max_rows = std::max(max_rows, *std::max_element(w.begin(), w.end()) * scenario.spec.model.positions);
+  allocate(scenario, max_rows);
+  step_ = 0;
+
+  KernelRun out;
+  for (std::size_t w = 0; w < split.size(); ++w) {
+    window_loss_ = 0.0;
+    run_window(scenario.windows[w], split[w]);
+    out.window_losses.push_back(window_loss_);
+  }
+  const std::vector<ref::ParameterInfo> layout = ref::parameter_layout(scenario.spec.model);
+  auto record = [&](const std::string& prefix, const std::vector<Tensor>& ts) {
+    for (std::size_t p = 0; p < ts.size(); ++p) {
+      std::vector<float> host(static_cast<std::size_t>(ts[p].size()));
+      backend_.download(ts[p], host);
+      out.tensors.push_back({prefix + layout[p].name, ts[p].rows, ts[p].cols, {host.begin(), host.end()}});
+    }
+  };
+  record("grad/", grads_);
+  record("param/", params_);
+  release_all();
+  scenario_ = nullptr;
+  return out;
+}
+
+void TrainingLoop::run_window(const ref::Batch& window, const std::vector<long>& micro_batches) {
+  zero_gradients();
+  refresh_compute_weights();
+  const std::vector<std::pair<long, long>> ranges = micro_batch_ranges(micro_batches);
+  const std::vector<float> scales = loss_scales(window, ranges);
+  for (std::size_t b = 0; b < ranges.size(); ++b)
+    window_loss_ += micro_batch(window.slice(ranges[b].first, ranges[b].second), scales[b]);
+  finish_window();
+}
+
+void TrainingLoop::zero_gradients() { backend_.zero(grads_); }
+
+void TrainingLoop::refresh_compute_weights() {
+  for (std::size_t p = 0; p < params_.size(); ++p)
+    if (compute_params_[p].data != params_[p].data) backend_.convert(params_[p], compute_params_[p]);
+}
+
+std::vector<std::pair<long, long>> TrainingLoop::micro_batch_ranges(const std::vector<long>& micro_batches) {
+  std::vector<std::pair<long, long>> ranges;
+  long first = 0;
+  for (long n : micro_batches) {
+    ranges.emplace_back(first, n);
+    first += n;
+  }
+  return ranges;
+}
+
+std::vector<float> TrainingLoop::loss_scales(const ref::Batch& window,
+                                             const std::vector<std::pair<long, long>>& ranges) {
+  const ref::ProcedureConfig& config = scenario_->spec.procedure;
+  std::vector<long> counts;
+  for (const auto& r : ranges) counts.push_back(r.second);
+  std::vector<float> scales;
+  for (double s : ref::micro_batch_scales(config, scenario_->spec.model.loss, window, counts))
+    scales.push_back(static_cast<float>(s));
+  return scales;
+}
+
+double TrainingLoop::micro_batch(const ref::Batch& micro_batch, float scale) {
+  return forward_loss_backward(micro_batch, scale);
+}
+
+double TrainingLoop::forward_loss_backward(const ref::Batch& mb, float scale) {
+  const ref::ModelSpec& m = scenario_->spec.model;
+  const std::vector<long> first = ref::first_parameter(m);
+  const long rows = mb.rows();
+  auto act = [&](std::size_t l) { return first_rows(activations_[l], rows); };
+  auto dact = [&](std::size_t l) { return first_rows(activation_grads_[l], rows); };
+  auto norm_stats = [&](std::size_t l, const NormConfig& c) {
+    const long groups = c.kind == NormKind::layer ? rows : 0;
+    return std::make_pair(Tensor{saved_mean_[l].data, 1, groups, DType::f32},
+                          Tensor{saved_rstd_[l].data, 1, groups, DType::f32});
+  };
+
+  backend_.upload(act(0), to_float(mb.inputs));
+  for (std::size_t l = 0; l < m.layers.size(); ++l) {
+    const Tensor x = act(l), y = act(l + 1);
+    backend_.fill(y, kPoison);  // an output a kernel forgets to write stays NaN
+    const Tensor* p = compute_params_.data() + first[l];
+    switch (m.layers[l].kind) {
+      case ref::LayerKind::linear: backend_.linear_forward(x, p[0], p[1], y); break;
+      case ref::LayerKind::relu: backend_.activation_forward(Activation::relu, x, y); break;
+      case ref::LayerKind::gelu: backend_.activation_forward(Activation::gelu_tanh, x, y); break;
+      case ref::LayerKind::layer_norm: {
+        const NormConfig c = norm_config(m, m.layers[l].kind);
+        auto [mean, rstd] = norm_stats(l, c);
+        backend_.norm_forward(c, x, p[0], p[1], y, mean, rstd, Tensor{}, Tensor{});
+        break;
+      }
+    }
+  }
+
+  const std::size_t out = m.layers.size();
+  const Tensor targets = first_rows(targets_, rows);
+  if (m.loss == ref::LossKind::mse) {
+    backend_.upload(targets, to_float(mb.targets));
+  } else {
+    std::vector<float> classes(mb.classes.begin(), mb.classes.end());
+    backend_.upload(targets, classes);
+  }
+  backend_.fill(dact(out), kPoison);
+  const double loss_sum = backend_.loss_forward_backward(
+      m.loss == ref::LossKind::mse ? LossKind::mse : LossKind::cross_entropy, act(out), targets, scale, dact(out));
+
+  for (std::size_t l = m.layers.size(); l-- > 0;) {
+    const Tensor x = act(l), dy = dact(l + 1), dx = dact(l);
+    const Tensor* p = compute_params_.data() + first[l];
+    const Tensor* g = grads_.data() + first[l];
+    backend_.fill(dx, kPoison);
+    switch (m.layers[l].kind) {
+      case ref::LayerKind::linear:
+        backend_.linear_backward_weight(dy, x, g[0], g[1]);
+        if (l > 0) backend_.linear_backward_data(dy, p[0], dx);
+        break;
+      case ref::LayerKind::relu: backend_.activation_backward(Activation::relu, x, dy, dx); break;
+      case ref::LayerKind::gelu: backend_.activation_backward(Activation::gelu_tanh, x, dy, dx); break;
+      case ref::LayerKind::layer_norm: {
+        const NormConfig c = norm_config(m, m.layers[l].kind);
+        auto [mean, rstd] = norm_stats(l, c);
+        backend_.norm_backward(c, x, p[0], dy, mean, rstd, dx, g[0], g[1]);
+        break;
+      }
+    }
+  }
+  return loss_sum * static_cast<double>(scale);
+}
+
+void TrainingLoop::finish_window() {
+  const double loss_scale = scenario_->spec.procedure.loss_scale;
+  if (loss_scale != 1.0) {
+    backend_.scale(grads_, static_cast<float>(1.0 / loss_scale));
+    window_loss_ /= loss_scale;
+  }
+  optimizer_step();
+}
+
+void TrainingLoop::optimizer_step() {
+  const ref::OptimizerSpec& o = scenario_->spec.procedure.optimizer;
+  OptimizerStep step;
+  step.kind = OptimizerKind::sgd;
+  step.lr = static_cast<float>(o.lr);
+  backend_.optimizer_step(step, params_, grads_, {}, {});
+  ++step_;
+}
+
+}  // namespace gradeq

@@ -1,0 +1,128 @@
+// backend.h — the Backend interface: every kernel the harness drives.
+//
+// The harness never calls a kernel directly; it composes a training step
+// from these ops, so the same scenario runs on the host backend, the CUDA
+// backend, a mutant, or a user's own backend. Conventions, which every
+// implementation must keep:
+//   * Tensors are row-major [rows, cols] views of backend memory; vectors
+//     are [1, n]. A tensor's dtype says how values are rounded when stored;
+//     arithmetic is float32 and reductions accumulate in float32.
+//   * "overwrite" outputs are written; "accumulate" outputs get += (beta = 1,
+//     as PyTorch's .grad and a cuBLAS wgrad with beta = 1). Zeroing is
+//     explicit (zero()); nothing is zeroed behind the caller's back.
+//   * Statistics of normalizers are two-pass or Welford, never E[x^2]-E[x]^2
+//     (docs/NUMERICS.md assumes it).
+// A user overrides the ops they own and inherits the rest from a backend.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+
+#include "kernels/dtype.h"
+
+namespace gradeq {
+
+struct Tensor {
+  void* data = nullptr;
+  long rows = 0, cols = 0;
+  DType dtype = DType::f32;
+
+  long size() const { return rows * cols; }
+  bool empty() const { return size() == 0; }
+};
+
+enum class Activation { relu, gelu_tanh };
+
+enum class NormKind {
+  layer,  // statistics over one row
+  rms,    // one row, no mean subtraction, no beta
+  group,  // one sample's rows x one channel group
+  batch,  // one channel over all rows
+};
+
+struct NormConfig {
+  NormKind kind = NormKind::layer;
+  long groups = 1;        // group: channel groups
+  long positions = 1;     // rows per sample
+  float eps = 1e-5f;
+  float momentum = 0.1f;  // batch: weight of the new statistics in the running ones
+};
+
+enum class LossKind {
+  mse,            // per row: mean over columns of (y - t)^2
+  cross_entropy,  // per row: -log softmax(y)[class]; targets hold the class, -100 = ignore
+};
+
+enum class OptimizerKind { sgd };
+
+struct OptimizerStep {
+  OptimizerKind kind = OptimizerKind::sgd;
+  float lr = 0.0f;  // this step's learning rate (schedule already applied)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // ---- memory
+  virtual Tensor allocate(long rows, long cols, DType dtype) = 0;
+  virtual void release(Tensor& t) = 0;
+  // Host floats into t, rounded to t.dtype; and back.
+  virtual void upload(const Tensor& dst, std::span<const float> host) = 0;
+  virtual void download(const Tensor& src, std::span<float> host) = 0;
+  virtual void fill(const Tensor& t, float value) = 0;
+  // dst = src rounded to dst.dtype (same shape).
+  virtual void convert(const Tensor& src, const Tensor& dst) = 0;
+  virtual std::size_t peak_bytes() const = 0;
+
+  // ---- linear: y = x w^T + b (overwrite); dx = dy w (overwrite);
+  //      dw += dy^T x and db += column sums of dy (accumulate).
+  virtual void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) = 0;
+  virtual void linear_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx) = 0;
+  virtual void linear_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) = 0;
+
+  // ---- activations (overwrite)
+  virtual void activation_forward(Activation a, const Tensor& x, const Tensor& y) = 0;
+  virtual void activation_backward(Activation a, const Tensor& x, const Tensor& dy, const Tensor& dx) = 0;
+
+  // ---- normalizers. saved_mean / saved_rstd (float32, one per statistics
+  // group) are written by forward and read by backward. running_mean /
+  // running_var are updated only for batch norm and only when non-empty.
+  // beta / dbeta are empty for rms. dgamma, dbeta accumulate; dx overwrites.
+  virtual void norm_forward(const NormConfig& c, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                            const Tensor& y, const Tensor& saved_mean, const Tensor& saved_rstd,
+                            const Tensor& running_mean, const Tensor& running_var) = 0;
+  virtual void norm_backward(const NormConfig& c, const Tensor& x, const Tensor& gamma, const Tensor& dy,
+                             const Tensor& saved_mean, const Tensor& saved_rstd, const Tensor& dx,
+                             const Tensor& dgamma, const Tensor& dbeta) = 0;
+
+  // ---- losses: returns the SUM of per-row losses over counted rows and
+  // writes dy = scale * d(sum)/dy (overwrite; 0 on ignored rows).
+  virtual double loss_forward_backward(LossKind k, const Tensor& y, const Tensor& targets, float scale,
+                                       const Tensor& dy) = 0;
+
+  // ---- many tensors at once
+  virtual void zero(std::span<const Tensor> ts) = 0;
+  virtual void scale(std::span<const Tensor> ts, float s) = 0;
+  // dst[i] += src[i]; with compensation non-empty, Kahan-compensated:
+  // compensation[i] carries the rounding error lost by dst[i].
+  virtual void accumulate(std::span<const Tensor> dst, std::span<const Tensor> src,
+                          std::span<const Tensor> compensation) = 0;
+  // sqrt(sum of squares of every element of every tensor), float32 accumulation.
+  virtual float global_norm(std::span<const Tensor> ts) = 0;
+  virtual bool all_finite(std::span<const Tensor> ts) = 0;
+
+  // ---- optimizer: one step on every parameter. state_a / state_b are the
+  // optimizer's per-parameter state (momentum buffer; Adam's m and v).
+  virtual void optimizer_step(const OptimizerStep& step, std::span<const Tensor> params,
+                              std::span<const Tensor> grads, std::span<const Tensor> state_a,
+                              std::span<const Tensor> state_b) = 0;
+
+  // ---- determinism: when on, results are bitwise identical run to run.
+  virtual void set_deterministic(bool on) = 0;
+  virtual bool deterministic() const = 0;
+};
+
+}  // namespace gradeq

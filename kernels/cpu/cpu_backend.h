@@ -1,0 +1,62 @@
+// cpu_backend.h — the host backend: every op of the Backend interface in
+// float32 arithmetic, storing bfloat16 / float16 tensors as float32 values
+// rounded to that dtype (bit-identical to storing the narrow type).
+// Deterministic by construction: every reduction has one fixed order.
+#pragma once
+
+#include <map>
+#include <memory>
+
+#include "kernels/backend.h"
+
+namespace gradeq {
+
+class CpuBackend : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+
+  Tensor allocate(long rows, long cols, DType dtype) override;
+  void release(Tensor& t) override;
+  void upload(const Tensor& dst, std::span<const float> host) override;
+  void download(const Tensor& src, std::span<float> host) override;
+  void fill(const Tensor& t, float value) override;
+  void convert(const Tensor& src, const Tensor& dst) override;
+  std::size_t peak_bytes() const override { return peak_bytes_; }
+
+  void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) override;
+  void linear_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx) override;
+  void linear_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) override;
+
+  void activation_forward(Activation a, const Tensor& x, const Tensor& y) override;
+  void activation_backward(Activation a, const Tensor& x, const Tensor& dy, const Tensor& dx) override;
+
+  void norm_forward(const NormConfig& c, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
+                    const Tensor& saved_mean, const Tensor& saved_rstd, const Tensor& running_mean,
+                    const Tensor& running_var) override;
+  void norm_backward(const NormConfig& c, const Tensor& x, const Tensor& gamma, const Tensor& dy,
+                     const Tensor& saved_mean, const Tensor& saved_rstd, const Tensor& dx, const Tensor& dgamma,
+                     const Tensor& dbeta) override;
+
+  double loss_forward_backward(LossKind k, const Tensor& y, const Tensor& targets, float scale,
+                               const Tensor& dy) override;
+
+  void zero(std::span<const Tensor> ts) override;
+  void scale(std::span<const Tensor> ts, float s) override;
+  void accumulate(std::span<const Tensor> dst, std::span<const Tensor> src,
+                  std::span<const Tensor> compensation) override;
+  float global_norm(std::span<const Tensor> ts) override;
+  bool all_finite(std::span<const Tensor> ts) override;
+
+  void optimizer_step(const OptimizerStep& step, std::span<const Tensor> params, std::span<const Tensor> grads,
+                      std::span<const Tensor> state_a, std::span<const Tensor> state_b) override;
+
+  void set_deterministic(bool) override {}
+  bool deterministic() const override { return true; }
+
+ private:
+  std::map<const void*, std::pair<std::unique_ptr<float[]>, std::size_t>> allocations_;
+  std::size_t live_bytes_ = 0;
+  std::size_t peak_bytes_ = 0;
+};
+
+}  // namespace gradeq

@@ -1,0 +1,47 @@
+// element_math.h — per-element float32 math shared by the host and CUDA
+// backends (__host__ __device__ under nvcc), so that CPU-only CI exercises
+// the same formulas the GPU runs. Only scalar functions live here: no
+// loops, no memory, no launch logic.
+#pragma once
+
+#include <math.h>
+
+#include "kernels/dtype.h"
+
+namespace gradeq::element {
+
+GRADEQ_HD inline float relu(float x) { return x > 0.0f ? x : 0.0f; }
+GRADEQ_HD inline float relu_grad(float x, float dy) { return x > 0.0f ? dy : 0.0f; }
+
+// GELU, tanh form.
+inline constexpr float kGeluSqrt2OverPi = 0.7978845608028654f;
+inline constexpr float kGeluCubic = 0.044715f;
+
+GRADEQ_HD inline float gelu_tanh(float x) {
+  const float t = tanhf(kGeluSqrt2OverPi * (x + kGeluCubic * x * x * x));
+  return 0.5f * x * (1.0f + t);
+}
+
+GRADEQ_HD inline float gelu_tanh_grad(float x, float dy) {
+  const float t = tanhf(kGeluSqrt2OverPi * (x + kGeluCubic * x * x * x));
+  const float inner_grad = kGeluSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
+  return dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * inner_grad);
+}
+
+// d/dy of the per-row MSE (1/D) sum (y - t)^2, times scale.
+GRADEQ_HD inline float mse_grad(float y, float t, float inv_cols, float scale) {
+  return scale * (2.0f * inv_cols * (y - t));
+}
+
+// sum += value in dtype `t`, Kahan-compensated: comp holds the low part lost
+// so far (Kahan 1965; Higham, Accuracy and Stability, Alg. 4.2).
+GRADEQ_HD inline void kahan_add(float& sum, float& comp, float value, DType t) {
+  const float y = round_to(value - comp, t);
+  const float s = round_to(sum + y, t);
+  comp = round_to(round_to(s - sum, t) - y, t);
+  sum = s;
+}
+
+GRADEQ_HD inline float sgd_update(float p, float g, float lr) { return p - lr * g; }
+
+}  // namespace gradeq::element

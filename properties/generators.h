@@ -1,0 +1,34 @@
+// generators.h — RapidCheck generators of scenarios: shapes at awkward
+// sizes (1, primes, powers of two and their neighbours), splits (equal,
+// uneven, partial last window, power-of-two), data kinds (normal, wide
+// dynamic range, padded sequences, dyadic). Generators only describe; the
+// scenario's tensors come from its seed (harness/scenario.h), so a shrunk
+// counterexample is a small, readable ScenarioSpec.
+#pragma once
+
+#include <ostream>
+
+#include <rapidcheck.h>
+
+#include "harness/scenario.h"
+
+namespace gradeq {
+
+// Feature widths a kernel gets wrong: 1, primes, 2^k and 2^k +- 1.
+rc::Gen<long> awkward_width();
+
+enum class SplitShape { equal, uneven, partial_last_window, power_of_two };
+std::string split_shape_name(SplitShape s);
+rc::Gen<Split> split_of(SplitShape shape);
+rc::Gen<Split> any_split();
+
+// A model whose layers treat samples independently (linear, relu, gelu,
+// layernorm), with an MSE or cross-entropy head, and data to match.
+rc::Gen<ScenarioSpec> independent_scenario();
+// Linear/ReLU/MSE on dyadic data with power-of-two sizes and splits:
+// float32 arithmetic on it is exact.
+rc::Gen<ScenarioSpec> exact_scenario();
+
+void showValue(const ScenarioSpec& s, std::ostream& os);
+
+}  // namespace gradeq

@@ -1,0 +1,57 @@
+// properties.h — the properties gradeq checks, as plain functions over a
+// ScenarioSpec returning Evidence, plus the registry that pairs each with
+// its generator. `gradeq check`, the gtest wrappers and the self-test all
+// run these same functions; none of them knows which backend or loop it is
+// given, so a mutant is checked exactly like correct code.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <rapidcheck.h>
+
+#include "harness/equivalence.h"
+#include "kernels/backend.h"
+
+namespace gradeq {
+
+struct PropertyContext {
+  Backend* backend = nullptr;
+  LoopFactory loop = correct_loop();
+  ErrorModel model;
+};
+
+struct Evidence {
+  bool holds = true;
+  // The case cannot decide the property, whatever the backend does: every
+  // reference gradient is zero (vacuous), or the error model gives no finite
+  // bound (ill-conditioned). Such cases are discarded and counted.
+  bool discard = false;
+  std::string discard_reason;
+  std::string message;       // why it does not hold
+  double worst_ratio = 0.0;  // largest error / bound among the checks
+};
+
+using PropertyCheck = std::function<Evidence(const ScenarioSpec&, PropertyContext&)>;
+
+struct Property {
+  std::string name;  // CamelCase; also the gtest name "Properties/<name>"
+  std::string description;
+  rc::Gen<ScenarioSpec> generator;
+  PropertyCheck check;
+};
+
+// R_acc vs R_full within the float64 error bound.
+Evidence reference_self_consistency(const ScenarioSpec& s, PropertyContext& ctx);
+// K_full vs R_full and K_acc vs R_acc within the kernel bound.
+Evidence kernel_correctness(const ScenarioSpec& s, PropertyContext& ctx);
+// K_acc vs R_full within the accumulation bound.
+Evidence accumulation_equivalence(const ScenarioSpec& s, PropertyContext& ctx);
+// Dyadic data, exact arithmetic: K_acc, K_full, R_acc, R_full bitwise equal.
+Evidence exactness(const ScenarioSpec& s, PropertyContext& ctx);
+
+const std::vector<Property>& default_properties();
+const Property* find_property(const std::string& name);
+
+}  // namespace gradeq

@@ -1,0 +1,96 @@
+// property_runner.cpp — RapidCheck's checkProperty with gradeq's reporting.
+#include "properties/property_runner.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <unordered_map>
+#include <sstream>
+
+#include <rapidcheck/detail/Configuration.h>
+
+#include "properties/generators.h"
+
+namespace gradeq {
+
+std::string property_test_id(const Property& p) { return "Properties/" + p.name; }
+
+namespace {
+
+// Counts what happened to each generated case (shrink attempts excluded):
+// the largest error/bound among cases that held, and discards by reason.
+class CaseTally : public rc::detail::TestListener {
+ public:
+  explicit CaseTally(PropertyRun& out) : out_(out) {}
+  double last_ratio = 0.0;
+
+  void onTestCaseFinished(const rc::detail::CaseDescription& d) override {
+    using Type = rc::detail::CaseResult::Type;
+    if (d.result.type == Type::Success) out_.worst_ratio = std::max(out_.worst_ratio, last_ratio);
+    if (d.result.type == Type::Discard)
+      ++(d.result.description == "vacuous" ? out_.discarded_vacuous : out_.discarded_ill_conditioned);
+  }
+  void onShrinkTried(const rc::detail::CaseDescription&, bool) override {}
+  void onTestFinished(const rc::detail::TestMetadata&, const rc::detail::TestResult&) override {}
+
+ private:
+  PropertyRun& out_;
+};
+
+}  // namespace
+
+PropertyRun run_property(const Property& p, PropertyContext& ctx, const PropertyRunConfig& config) {
+  using namespace rc::detail;
+  const auto start = std::chrono::steady_clock::now();
+  PropertyRun out;
+  out.name = p.name;
+
+  TestMetadata metadata;
+  metadata.id = property_test_id(p);
+  metadata.description = p.description;
+  // RapidCheck's configuration (and its start-up message) only when the
+  // user set RC_PARAMS; otherwise the gate's own seed and case count.
+  TestParams params;
+  std::unordered_map<std::string, Reproduce> reproduce;
+  if (std::getenv("RC_PARAMS") != nullptr) {
+    params = configuration().testParams;
+    reproduce = configuration().reproduce;
+  }
+  if (config.seed != 0) params.seed = config.seed;
+  if (config.cases > 0) params.maxSuccess = config.cases;
+  params.disableShrinking = !config.shrink;
+
+  CaseTally tally(out);
+  const auto property = [&] {
+    const ScenarioSpec spec = *p.generator;
+    const Evidence e = p.check(spec, ctx);
+    if (!e.holds) throw CaseResult(CaseResult::Type::Failure, e.message);
+    if (e.discard) throw CaseResult(CaseResult::Type::Discard, e.discard_reason);
+    tally.last_ratio = e.worst_ratio;
+  };
+  const TestResult result = checkProperty(toProperty(property), metadata, params, tally, reproduce);
+
+  if (result.template is<SuccessResult>()) {
+    out.passed = true;
+    out.cases = result.template get<SuccessResult>().numSuccess;
+  } else if (result.template is<FailureResult>()) {
+    const FailureResult& f = result.template get<FailureResult>();
+    out.cases = f.numSuccess;
+    out.message = f.description;
+    std::ostringstream example;
+    for (const auto& [type, value] : f.counterExample) example << value;
+    out.counterexample = example.str();
+    Configuration replay;
+    replay.reproduce[metadata.id] = f.reproduce;
+    out.reproduce = configToMinimalString(replay);
+  } else if (result.template is<GaveUpResult>()) {
+    const GaveUpResult& g = result.template get<GaveUpResult>();
+    out.cases = g.numSuccess;
+    out.message = "gave up: too many cases discarded as vacuous or ill-conditioned (" + g.description + ")";
+  } else {
+    out.message = "RapidCheck error: " + result.template get<Error>().description;
+  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+}  // namespace gradeq

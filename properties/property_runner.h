@@ -1,0 +1,40 @@
+// property_runner.h — runs a Property through RapidCheck outside GoogleTest
+// (for `gradeq check` and the self-test): generation, shrinking, the shrunk
+// counterexample and the RC_PARAMS string that reproduces it. Test ids are
+// "Properties/<name>", the same as the gtest wrappers', so a reproduce
+// string printed by either works with both.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "properties/properties.h"
+
+namespace gradeq {
+
+struct PropertyRunConfig {
+  int cases = 100;          // successful cases required
+  std::uint64_t seed = 0;   // RapidCheck seed
+  bool shrink = true;
+};
+
+struct PropertyRun {
+  std::string name;
+  bool passed = false;
+  int cases = 0;                 // successful cases run
+  std::string counterexample;    // shrunk, as shown by showValue
+  std::string message;           // why the counterexample fails
+  std::string reproduce;         // RC_PARAMS value that replays the failure
+  double worst_ratio = 0.0;      // largest error/bound over passing cases
+  long discarded_vacuous = 0;    // cases whose reference gradients were all zero
+  long discarded_ill_conditioned = 0;  // cases the error model could not bound
+  double seconds = 0.0;
+};
+
+std::string property_test_id(const Property& p);
+
+// RC_PARAMS (seed, max_success, reproduce) applies unless the config sets
+// seed / cases explicitly (non-zero seed, cases > 0).
+PropertyRun run_property(const Property& p, PropertyContext& ctx, const PropertyRunConfig& config);
+
+}  // namespace gradeq

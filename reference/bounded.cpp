@@ -1,0 +1,45 @@
+// bounded.cpp — the thread-local rounding model and the reduction gamma.
+#include "reference/bounded.h"
+
+namespace gradeq::ref {
+namespace {
+const RoundingModel& default_model() {
+  static const RoundingModel model{};
+  return model;
+}
+thread_local const RoundingModel* active_model = nullptr;
+}  // namespace
+
+const RoundingModel& rounding_model() { return active_model ? *active_model : default_model(); }
+
+ScopedRoundingModel::ScopedRoundingModel(const RoundingModel& model) : previous_(active_model) {
+  active_model = &model;
+}
+ScopedRoundingModel::~ScopedRoundingModel() { active_model = previous_; }
+
+bool representable(double v, int significand_bits, int min_exponent) {
+  if (v == 0.0) return true;
+  if (!std::isfinite(v)) return false;
+  int e = 0;
+  std::frexp(v, &e);  // |v| = m 2^e, m in [0.5, 1)
+  const int exponent = std::max(e - 1, min_exponent);
+  const double scaled = std::ldexp(v, significand_bits - 1 - exponent);  // v / ulp(v), exact
+  return scaled == std::trunc(scaled);
+}
+
+int granularity_exponent(double x) {
+  int e = 0;
+  const double m = std::frexp(x, &e);  // x = m 2^e; m has 53 bits
+  const auto mantissa = static_cast<long long>(std::ldexp(std::abs(m), 53));
+  return e - 53 + __builtin_ctzll(static_cast<unsigned long long>(mantissa));
+}
+
+double reduction_gamma(long n, double u) {
+  const RoundingModel& m = rounding_model();
+  const double nd = static_cast<double>(n);
+  if (m.reduction == ReductionBound::probabilistic) return m.confidence * std::sqrt(nd) * u;
+  const double nu = nd * u;
+  return nu < 1.0 ? nu / (1.0 - nu) : kInf;
+}
+
+}  // namespace gradeq::ref

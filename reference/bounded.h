@@ -1,0 +1,344 @@
+// bounded.h — a float64 value that carries two error bounds with it.
+//
+// The reference is written once, as templates over a scalar type T. With
+// T = double it is plain float64 math (golden and finite-difference tests).
+// With T = Bounded every operation also propagates, to first order plus the
+// second-order terms that are cheap to keep, an upper bound on
+//   kernel:    |result of a float32/bfloat16/float16 kernel − exact result|
+//   reference: |this float64 result − exact result|
+// for a kernel that evaluates the same expression in float32 registers and
+// stores tensors in the dtypes of the active RoundingModel. This is running
+// error analysis done by operator overloading; docs/NUMERICS.md derives each
+// rule. What this file must not do: know about layers, tensors or kernels.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <Eigen/Core>
+
+namespace gradeq::ref {
+
+// Where a kernel stores a value; each place has its own dtype.
+enum class Storage {
+  compute,     // activations, their gradients, compute copies of weights
+  accumulate,  // the gradient accumulation buffer
+  master,      // master weights and optimizer state (float32)
+};
+
+// How a reduction of n terms is bounded (docs/NUMERICS.md §2).
+enum class ReductionBound {
+  deterministic,  // gamma_n = n u / (1 - n u): holds for every summation order
+  probabilistic,  // lambda * sqrt(n) * u: holds with high probability
+};
+
+struct StorageFormat {
+  double unit_roundoff = 0x1p-24;
+  double underflow_floor = 0x1p-150;  // absolute error of a store that underflows
+  int significand_bits = 24;          // with the hidden bit
+  int min_exponent = -126;            // of the smallest normal number
+};
+
+// Whether v is a value of a binary format with p significand bits and
+// smallest normal exponent e_min (ignoring overflow, bounded separately).
+bool representable(double v, int significand_bits, int min_exponent);
+
+// The kernel being bounded, as the error model sees it.
+struct RoundingModel {
+  double arithmetic_u = 0x1p-24;  // register arithmetic: float32
+  double arithmetic_floor = 0x1p-150;
+  double reduction_u = 0x1p-24;   // reductions accumulate in float32
+  // exp, log, tanh, sqrt, rsqrt: error of the library function, in units of
+  // u of the result. CUDA documents <= 2 ulp for expf/logf/tanhf/rsqrtf and
+  // glibc < 1 ulp; 4 covers both with margin (NUMERICS §1).
+  double transcendental_ulps = 4.0;
+  ReductionBound reduction = ReductionBound::deterministic;
+  double confidence = 6.0;        // lambda of the probabilistic form
+  StorageFormat compute, accumulate, master;
+
+  const StorageFormat& format(Storage s) const {
+    switch (s) {
+      case Storage::compute: return compute;
+      case Storage::accumulate: return accumulate;
+      case Storage::master: break;
+    }
+    return master;
+  }
+};
+
+// The active model: set for a scope with ScopedRoundingModel. Thread-local so
+// that property runs on several threads do not interfere.
+const RoundingModel& rounding_model();
+
+class ScopedRoundingModel {
+ public:
+  explicit ScopedRoundingModel(const RoundingModel& model);
+  ~ScopedRoundingModel();
+  ScopedRoundingModel(const ScopedRoundingModel&) = delete;
+  ScopedRoundingModel& operator=(const ScopedRoundingModel&) = delete;
+
+ private:
+  const RoundingModel* previous_;
+};
+
+inline constexpr double kFloat64Roundoff = 0x1p-53;
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// gamma for a reduction of n terms under the active model.
+double reduction_gamma(long n, double u);
+// The float64 reference's own reductions: always the deterministic form.
+inline double reference_gamma(long n) {
+  const double nu = static_cast<double>(n) * kFloat64Roundoff;
+  return nu / (1.0 - nu);
+}
+
+struct Bounded {
+  double value = 0.0;
+  double kernel = 0.0;     // bound on |kernel − exact|
+  double reference = 0.0;  // bound on |value − exact|
+
+  Bounded() = default;
+  // A constant (or input) that enters the kernel as a float32: its kernel
+  // error is exactly the float32 rounding of c, zero for data the harness
+  // generates as float32 values.
+  explicit Bounded(double c)
+      : value(c), kernel(std::abs(static_cast<double>(static_cast<float>(c)) - c)) {}
+  static Bounded with_bounds(double v, double k, double r) {
+    Bounded b;
+    b.value = v;
+    b.kernel = k;
+    b.reference = r;
+    return b;
+  }
+};
+
+namespace detail {
+// Rounding of one float32 register operation whose exact result is v and
+// whose inputs already carry kernel error k: |fl(x) - x| <= u |x| + floor.
+// IEEE +, -, *, / and sqrt are correctly rounded, so an operation on exact
+// inputs whose exact result is a float32 value makes no error at all: this
+// is what lets dyadic data be compared exactly (NUMERICS §5).
+inline double arithmetic_rounding(double v, double k) {
+  if (k == 0.0 && representable(v, 24, -126)) return 0.0;
+  const RoundingModel& m = rounding_model();
+  return m.arithmetic_u * (std::abs(v) + k) + m.arithmetic_floor;
+}
+inline double reference_rounding(double v, double r) {
+  if (r == 0.0 && representable(v, 53, -1022)) return 0.0;
+  return kFloat64Roundoff * std::abs(v);
+}
+}  // namespace detail
+
+inline Bounded operator-(const Bounded& a) { return Bounded::with_bounds(-a.value, a.kernel, a.reference); }
+
+inline Bounded operator+(const Bounded& a, const Bounded& b) {
+  const double v = a.value + b.value;
+  const double k = a.kernel + b.kernel;
+  const double r = a.reference + b.reference;
+  return Bounded::with_bounds(v, k + detail::arithmetic_rounding(v, k), r + detail::reference_rounding(v, r));
+}
+
+inline Bounded operator-(const Bounded& a, const Bounded& b) { return a + (-b); }
+
+// |xy - x'y'| <= |x| e_y + |y| e_x + e_x e_y: exact, not only first order.
+inline Bounded operator*(const Bounded& a, const Bounded& b) {
+  const double v = a.value * b.value;
+  const double k = std::abs(a.value) * b.kernel + std::abs(b.value) * a.kernel + a.kernel * b.kernel;
+  const double r = std::abs(a.value) * b.reference + std::abs(b.value) * a.reference + a.reference * b.reference;
+  return Bounded::with_bounds(v, k + detail::arithmetic_rounding(v, k), r + detail::reference_rounding(v, r));
+}
+
+namespace detail {
+// |x/y - x'/y'| <= (e_x |y| + |x| e_y) / (|y| (|y| - e_y)) when e_y < |y|;
+// otherwise the perturbed denominator may vanish and no bound exists.
+inline double quotient_error(double x, double ex, double y, double ey) {
+  const double ay = std::abs(y);
+  if (!(ey < ay)) return kInf;
+  return (ex * ay + std::abs(x) * ey) / (ay * (ay - ey));
+}
+}  // namespace detail
+
+inline Bounded operator/(const Bounded& a, const Bounded& b) {
+  const double v = a.value / b.value;
+  const double k = detail::quotient_error(a.value, a.kernel, b.value, b.kernel);
+  const double r = detail::quotient_error(a.value, a.reference, b.value, b.reference);
+  return Bounded::with_bounds(v, k + detail::arithmetic_rounding(v, k), r + detail::reference_rounding(v, r));
+}
+
+inline Bounded& operator+=(Bounded& a, const Bounded& b) { return a = a + b; }
+inline Bounded& operator-=(Bounded& a, const Bounded& b) { return a = a - b; }
+inline Bounded& operator*=(Bounded& a, const Bounded& b) { return a = a * b; }
+inline Bounded& operator/=(Bounded& a, const Bounded& b) { return a = a / b; }
+
+// ---- generic scalar functions: one overload for double, one for Bounded ----
+
+inline double value_of(double x) { return x; }
+inline double value_of(const Bounded& x) { return x.value; }
+
+inline double abs(double x) { return std::abs(x); }
+inline Bounded abs(const Bounded& x) { return Bounded::with_bounds(std::abs(x.value), x.kernel, x.reference); }
+
+inline double max(double a, double b) { return std::max(a, b); }
+inline double min(double a, double b) { return std::min(a, b); }
+// max and min are 1-Lipschitz in each argument.
+inline Bounded max(const Bounded& a, const Bounded& b) {
+  return Bounded::with_bounds(std::max(a.value, b.value), std::max(a.kernel, b.kernel),
+                              std::max(a.reference, b.reference));
+}
+inline Bounded min(const Bounded& a, const Bounded& b) {
+  return Bounded::with_bounds(std::min(a.value, b.value), std::max(a.kernel, b.kernel),
+                              std::max(a.reference, b.reference));
+}
+
+// 1 where x > 0, else 0 (ReLU's mask). Where |x| is within a non-zero
+// error the kernel may take the other branch: the result is then uncertain
+// by 1. An exact x (error 0) decides the branch exactly.
+inline double positive_step(double x) { return x > 0.0 ? 1.0 : 0.0; }
+inline Bounded positive_step(const Bounded& x) {
+  const double v = x.value > 0.0 ? 1.0 : 0.0;
+  const auto uncertain = [&](double e) { return e > 0.0 && std::abs(x.value) <= e ? 1.0 : 0.0; };
+  return Bounded::with_bounds(v, uncertain(x.kernel), uncertain(x.reference));
+}
+
+namespace detail {
+inline double transcendental_rounding(double v, double k) {
+  const RoundingModel& m = rounding_model();
+  return m.transcendental_ulps * m.arithmetic_u * (std::abs(v) + k) + m.arithmetic_floor;
+}
+inline double reference_transcendental_rounding(double v) {
+  return rounding_model().transcendental_ulps * kFloat64Roundoff * std::abs(v);
+}
+// |sqrt(x') - sqrt(x)| for |x' - x| <= e, x' >= 0: e / sqrt(x) and sqrt(e).
+inline double sqrt_error(double x, double e) {
+  const double via_root = std::sqrt(e);
+  return x > 0.0 ? std::min(via_root, e / std::sqrt(x)) : via_root;
+}
+// |exp(x') - exp(x)| <= exp(x) (exp(e) - 1), which is below exp(x + e);
+// the second form avoids 0 * Inf when exp(x) underflows and e is huge.
+inline double exp_error(double x, double e) {
+  if (e == 0.0) return 0.0;
+  return e < 700.0 ? std::exp(x) * std::expm1(e) : std::exp(x + e);
+}
+// |log(x') - log(x)| <= -log(1 - e/x) for e < x.
+inline double log_error(double x, double e) { return e < x ? -std::log1p(-e / x) : kInf; }
+// tanh' = sech^2 is decreasing in |x|: sup over the interval is at |x| - e.
+inline double tanh_error(double x, double e) {
+  const double nearest = std::max(0.0, std::abs(x) - e);
+  const double c = std::cosh(nearest);
+  return e / (c * c);
+}
+}  // namespace detail
+
+inline double sqrt(double x) { return std::sqrt(x); }
+inline Bounded sqrt(const Bounded& x) {
+  const double v = std::sqrt(x.value);
+  const double k = detail::sqrt_error(x.value, x.kernel);
+  const double r = detail::sqrt_error(x.value, x.reference);
+  // IEEE sqrt is correctly rounded, but CUDA's approximate forms are not:
+  // counted as a transcendental.
+  return Bounded::with_bounds(v, k + detail::transcendental_rounding(v, k),
+                              r + detail::reference_transcendental_rounding(v));
+}
+
+inline double exp(double x) { return std::exp(x); }
+inline Bounded exp(const Bounded& x) {
+  const double v = std::exp(x.value);
+  const double k = detail::exp_error(x.value, x.kernel);
+  const double r = detail::exp_error(x.value, x.reference);
+  return Bounded::with_bounds(v, k + detail::transcendental_rounding(v, k),
+                              r + detail::reference_transcendental_rounding(v));
+}
+
+inline double log(double x) { return std::log(x); }
+inline Bounded log(const Bounded& x) {
+  const double v = std::log(x.value);
+  const double k = detail::log_error(x.value, x.kernel);
+  const double r = detail::log_error(x.value, x.reference);
+  return Bounded::with_bounds(v, k + detail::transcendental_rounding(v, k),
+                              r + detail::reference_transcendental_rounding(v));
+}
+
+inline double tanh(double x) { return std::tanh(x); }
+inline Bounded tanh(const Bounded& x) {
+  const double v = std::tanh(x.value);
+  const double k = detail::tanh_error(x.value, x.kernel);
+  const double r = detail::tanh_error(x.value, x.reference);
+  return Bounded::with_bounds(v, k + detail::transcendental_rounding(v, k),
+                              r + detail::reference_transcendental_rounding(v));
+}
+
+// A tensor stored by the kernel in the dtype of `where`: one more rounding.
+// The float64 reference stores nothing, so T = double is the identity.
+inline double store(double x, Storage) { return x; }
+inline Bounded store(const Bounded& x, Storage where) {
+  const StorageFormat& f = rounding_model().format(where);
+  if (f.unit_roundoff == 0.0) return x;  // same format as the registers
+  if (x.kernel == 0.0 && representable(x.value, f.significand_bits, f.min_exponent)) return x;
+  return Bounded::with_bounds(x.value, x.kernel + f.unit_roundoff * (std::abs(x.value) + x.kernel) + f.underflow_floor,
+                              x.reference);
+}
+
+// Sum of n terms term(0..n-1), in whatever order the kernel chooses. The
+// bound on the reduction holds for every order (deterministic form).
+template <class F>
+double reduce_sum(long n, F&& term, double /*tag*/) {
+  double s = 0.0;
+  for (long i = 0; i < n; ++i) s += term(i);
+  return s;
+}
+
+// A sum of exact terms that are all multiples of 2^q is exact in every
+// order when sum |t_i| < 2^(p + q): every partial sum is then a p-bit
+// multiple of 2^q. granularity_exponent(x) is the exponent of x's lowest
+// set bit.
+int granularity_exponent(double x);
+
+template <class F>
+Bounded reduce_sum(long n, F&& term, const Bounded& /*tag*/) {
+  double v = 0.0, k = 0.0, r = 0.0, magnitude = 0.0, kernel_magnitude = 0.0;
+  int granularity = 1 << 20;
+  for (long i = 0; i < n; ++i) {
+    const Bounded t = term(i);
+    v += t.value;
+    k += t.kernel;
+    r += t.reference;
+    magnitude += std::abs(t.value);
+    kernel_magnitude += std::abs(t.value) + t.kernel;
+    if (t.value != 0.0) granularity = std::min(granularity, granularity_exponent(t.value));
+  }
+  const auto exact_in = [&](int bits, double error) {
+    return error == 0.0 && (magnitude == 0.0 || magnitude < std::ldexp(1.0, bits + granularity));
+  };
+  const RoundingModel& m = rounding_model();
+  if (!exact_in(24, k)) k += reduction_gamma(n, m.reduction_u) * kernel_magnitude;
+  if (!exact_in(53, r)) r += reference_gamma(n) * magnitude;
+  return Bounded::with_bounds(v, k, r);
+}
+
+// reduce<T>(n, term): the generic entry point.
+template <class T, class F>
+T reduce(long n, F&& term) {
+  return reduce_sum(n, std::forward<F>(term), T{});
+}
+
+}  // namespace gradeq::ref
+
+namespace Eigen {
+template <>
+struct NumTraits<gradeq::ref::Bounded> : GenericNumTraits<double> {
+  using Real = gradeq::ref::Bounded;
+  using NonInteger = gradeq::ref::Bounded;
+  using Nested = gradeq::ref::Bounded;
+  using Literal = gradeq::ref::Bounded;
+  enum {
+    IsComplex = 0,
+    IsInteger = 0,
+    IsSigned = 1,
+    RequireInitialization = 1,
+    ReadCost = 3,
+    AddCost = 6,
+    MulCost = 8,
+  };
+};
+}  // namespace Eigen

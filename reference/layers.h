@@ -1,0 +1,242 @@
+// layers.h — float64 reference layers: one plain function per op, forward
+// and backward, with the kernel's argument shapes.
+//
+// x is [rows, features] with row-major storage; a sample is `positions`
+// consecutive rows (a sequence or an image's spatial positions). Weights are
+// [out, in] and y = x W^T + b, as in PyTorch. Backward functions return
+// fresh gradients; accumulating them is the procedure's job. Every sum goes
+// through reduce<T>() so that T = Bounded bounds it. No I/O, no harness types.
+#pragma once
+
+#include "reference/bounded.h"
+#include "reference/tensor.h"
+
+namespace gradeq::ref {
+
+// ---------------------------------------------------------------- Linear
+
+template <class T>
+Matrix<T> linear_forward(const Matrix<T>& x, const Matrix<T>& w, const Matrix<T>& b) {
+  Matrix<T> y(x.rows(), w.rows());
+  for (long i = 0; i < x.rows(); ++i)
+    for (long o = 0; o < w.rows(); ++o)
+      y(i, o) = reduce<T>(x.cols(), [&](long k) { return x(i, k) * w(o, k); }) + b(0, o);
+  return y;
+}
+
+template <class T>
+struct LinearGrads {
+  Matrix<T> dx, dw, db;
+};
+
+template <class T>
+LinearGrads<T> linear_backward(const Matrix<T>& x, const Matrix<T>& w, const Matrix<T>& dy) {
+  LinearGrads<T> g{Matrix<T>(x.rows(), x.cols()), Matrix<T>(w.rows(), w.cols()), Matrix<T>(1, w.rows())};
+  for (long i = 0; i < x.rows(); ++i)
+    for (long k = 0; k < x.cols(); ++k)
+      g.dx(i, k) = reduce<T>(w.rows(), [&](long o) { return dy(i, o) * w(o, k); });
+  for (long o = 0; o < w.rows(); ++o) {
+    for (long k = 0; k < w.cols(); ++k)
+      g.dw(o, k) = reduce<T>(x.rows(), [&](long i) { return dy(i, o) * x(i, k); });
+    g.db(0, o) = reduce<T>(x.rows(), [&](long i) { return dy(i, o); });
+  }
+  return g;
+}
+
+// ----------------------------------------------------------- activations
+
+template <class T>
+Matrix<T> relu_forward(const Matrix<T>& x) {
+  Matrix<T> y(x.rows(), x.cols());
+  for (long i = 0; i < x.size(); ++i) y.data()[i] = x.data()[i] * positive_step(x.data()[i]);
+  return y;
+}
+
+template <class T>
+Matrix<T> relu_backward(const Matrix<T>& x, const Matrix<T>& dy) {
+  Matrix<T> dx(x.rows(), x.cols());
+  for (long i = 0; i < x.size(); ++i) dx.data()[i] = dy.data()[i] * positive_step(x.data()[i]);
+  return dx;
+}
+
+// GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+inline constexpr double kGeluSqrt2OverPi = 0.7978845608028654;
+inline constexpr double kGeluCubic = 0.044715;
+
+template <class T>
+T gelu_inner(const T& x) {
+  return T(kGeluSqrt2OverPi) * (x + T(kGeluCubic) * x * x * x);
+}
+
+template <class T>
+Matrix<T> gelu_forward(const Matrix<T>& x) {
+  Matrix<T> y(x.rows(), x.cols());
+  for (long i = 0; i < x.size(); ++i) {
+    const T& v = x.data()[i];
+    y.data()[i] = T(0.5) * v * (T(1.0) + tanh(gelu_inner(v)));
+  }
+  return y;
+}
+
+// d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+template <class T>
+Matrix<T> gelu_backward(const Matrix<T>& x, const Matrix<T>& dy) {
+  Matrix<T> dx(x.rows(), x.cols());
+  for (long i = 0; i < x.size(); ++i) {
+    const T& v = x.data()[i];
+    const T t = tanh(gelu_inner(v));
+    const T inner_grad = T(kGeluSqrt2OverPi) * (T(1.0) + T(3.0 * kGeluCubic) * v * v);
+    const T grad = T(0.5) * (T(1.0) + t) + T(0.5) * v * (T(1.0) - t * t) * inner_grad;
+    dx.data()[i] = dy.data()[i] * grad;
+  }
+  return dx;
+}
+
+// ------------------------------------------------------------ normalizers
+//
+// All four normalizers share one shape: statistics over a set of elements,
+// x_hat = (x - mean) * rstd (RMSNorm: x * rstd, no mean), y = gamma x_hat + beta.
+// They differ only in which elements share statistics:
+//   LayerNorm  one row (all features of one token)
+//   RMSNorm    one row, mean fixed at 0
+//   GroupNorm  one sample's rows x one group's channels
+//   BatchNorm  one channel over all rows of the batch
+// NormGroups lists, for each statistics group, the (row, feature) elements.
+
+enum class NormKind { layer, rms, group, batch };
+
+struct NormShape {
+  NormKind kind = NormKind::layer;
+  long groups = 1;      // GroupNorm: channel groups (must divide features)
+  long positions = 1;   // rows per sample (GroupNorm statistics span them)
+  double eps = 1e-5;
+};
+
+// Calls visit(group_index, element_count, element(i) -> (row, col)) for every
+// statistics group of an x with the given rows and features.
+template <class Visit>
+void for_each_norm_group(const NormShape& s, long rows, long features, Visit&& visit) {
+  switch (s.kind) {
+    case NormKind::layer:
+    case NormKind::rms:
+      for (long r = 0; r < rows; ++r)
+        visit(features, [r](long i) { return std::pair<long, long>(r, i); });
+      break;
+    case NormKind::batch:
+      for (long c = 0; c < features; ++c)
+        visit(rows, [c](long i) { return std::pair<long, long>(i, c); });
+      break;
+    case NormKind::group: {
+      const long per_group = features / s.groups;
+      for (long sample = 0; sample < rows / s.positions; ++sample)
+        for (long g = 0; g < s.groups; ++g)
+          visit(s.positions * per_group, [=](long i) {
+            return std::pair<long, long>(sample * s.positions + i / per_group, g * per_group + i % per_group);
+          });
+      break;
+    }
+  }
+}
+
+template <class T>
+struct NormStatistics {
+  std::vector<T> mean;            // per statistics group (0 for RMSNorm)
+  std::vector<T> rstd;            // 1 / sqrt(biased var + eps), or 1 / sqrt(mean(x^2) + eps)
+  std::vector<T> unbiased_var;    // BatchNorm's running-variance input
+};
+
+// Two-pass statistics: mean first, then the mean of squared deviations.
+// The error model assumes two-pass or Welford kernels (NUMERICS §3), not
+// E[x^2] - E[x]^2.
+template <class T>
+NormStatistics<T> norm_statistics(const NormShape& s, const Matrix<T>& x) {
+  NormStatistics<T> st;
+  for_each_norm_group(s, x.rows(), x.cols(), [&](long n, auto element) {
+    const T count(static_cast<double>(n));
+    T mean(0.0);
+    if (s.kind != NormKind::rms)
+      mean = reduce<T>(n, [&](long i) { auto [r, c] = element(i); return x(r, c); }) / count;
+    const T sum_sq = reduce<T>(n, [&](long i) {
+      auto [r, c] = element(i);
+      const T d = x(r, c) - mean;
+      return d * d;
+    });
+    st.mean.push_back(mean);
+    st.rstd.push_back(T(1.0) / sqrt(sum_sq / count + T(s.eps)));
+    st.unbiased_var.push_back(n > 1 ? sum_sq / T(static_cast<double>(n - 1)) : T(0.0));
+  });
+  return st;
+}
+
+template <class T>
+Matrix<T> norm_forward(const NormShape& s, const Matrix<T>& x, const Matrix<T>& gamma, const Matrix<T>& beta,
+                       const NormStatistics<T>& st) {
+  Matrix<T> y(x.rows(), x.cols());
+  long g = 0;
+  for_each_norm_group(s, x.rows(), x.cols(), [&](long n, auto element) {
+    for (long i = 0; i < n; ++i) {
+      auto [r, c] = element(i);
+      const T x_hat = (x(r, c) - st.mean[g]) * st.rstd[g];
+      y(r, c) = s.kind == NormKind::rms ? gamma(0, c) * x_hat : gamma(0, c) * x_hat + beta(0, c);
+    }
+    ++g;
+  });
+  return y;
+}
+
+template <class T>
+struct NormGrads {
+  Matrix<T> dx, dgamma, dbeta;  // dbeta is 1 x 0 for RMSNorm
+};
+
+// With g = gamma * dy over one statistics group of n elements:
+//   dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat))      (mean-centred)
+//   dx = rstd * (g - x_hat * mean(g * x_hat))                (RMSNorm)
+//   dgamma = sum over rows of dy * x_hat, dbeta = sum over rows of dy.
+template <class T>
+NormGrads<T> norm_backward(const NormShape& s, const Matrix<T>& x, const Matrix<T>& gamma, const Matrix<T>& dy,
+                           const NormStatistics<T>& st) {
+  const long features = x.cols();
+  NormGrads<T> out{Matrix<T>(x.rows(), features), Matrix<T>(1, features),
+                   Matrix<T>(1, s.kind == NormKind::rms ? 0 : features)};
+  Matrix<T> x_hat(x.rows(), features);
+  long g = 0;
+  for_each_norm_group(s, x.rows(), features, [&](long n, auto element) {
+    for (long i = 0; i < n; ++i) {
+      auto [r, c] = element(i);
+      x_hat(r, c) = (x(r, c) - st.mean[g]) * st.rstd[g];
+    }
+    const T count(static_cast<double>(n));
+    T mean_g(0.0);
+    if (s.kind != NormKind::rms)
+      mean_g = reduce<T>(n, [&](long i) { auto [r, c] = element(i); return gamma(0, c) * dy(r, c); }) / count;
+    const T mean_gx = reduce<T>(n, [&](long i) {
+      auto [r, c] = element(i);
+      return gamma(0, c) * dy(r, c) * x_hat(r, c);
+    }) / count;
+    for (long i = 0; i < n; ++i) {
+      auto [r, c] = element(i);
+      out.dx(r, c) = st.rstd[g] * (gamma(0, c) * dy(r, c) - mean_g - x_hat(r, c) * mean_gx);
+    }
+    ++g;
+  });
+  for (long c = 0; c < features; ++c) {
+    out.dgamma(0, c) = reduce<T>(x.rows(), [&](long r) { return dy(r, c) * x_hat(r, c); });
+    if (s.kind != NormKind::rms) out.dbeta(0, c) = reduce<T>(x.rows(), [&](long r) { return dy(r, c); });
+  }
+  return out;
+}
+
+// BatchNorm's running statistics, PyTorch semantics: the variance fed to the
+// running estimate is the unbiased one; momentum weights the new batch.
+template <class T>
+void batchnorm_update_running(Matrix<T>& running_mean, Matrix<T>& running_var, const NormStatistics<T>& st,
+                              double momentum) {
+  const T m(momentum), keep(1.0 - momentum);
+  for (long c = 0; c < running_mean.cols(); ++c) {
+    running_mean(0, c) = keep * running_mean(0, c) + m * st.mean[c];
+    running_var(0, c) = keep * running_var(0, c) + m * st.unbiased_var[c];
+  }
+}
+
+}  // namespace gradeq::ref

@@ -1,0 +1,74 @@
+// losses.h — float64 reference losses. Each returns the SUM of per-item
+// losses and dy = scale * d(sum)/d(logits). The caller chooses scale (the
+// normalizer 1 / item count, times a loss scale); keeping the normalizer
+// explicit is what lets accumulation use the window's global item count.
+// No I/O, no harness types.
+#pragma once
+
+#include <vector>
+
+#include "reference/bounded.h"
+#include "reference/tensor.h"
+
+namespace gradeq::ref {
+
+inline constexpr int kIgnoreClass = -100;  // PyTorch's ignore_index
+
+template <class T>
+struct LossAndGrad {
+  T loss_sum;
+  Matrix<T> dy;
+};
+
+// Mean squared error per item (row): l_i = (1/D) sum_j (p_ij - t_ij)^2.
+// The item count of a batch is its number of rows.
+template <class T>
+LossAndGrad<T> mse_loss(const Matrix<T>& pred, const Matrix<T>& target, const T& scale) {
+  const long d = pred.cols();
+  const T inv_d(1.0 / static_cast<double>(d));
+  LossAndGrad<T> out{T(0.0), Matrix<T>(pred.rows(), d)};
+  std::vector<T> row_loss(static_cast<std::size_t>(pred.rows()));
+  for (long i = 0; i < pred.rows(); ++i) {
+    row_loss[i] = reduce<T>(d, [&](long j) {
+      const T diff = pred(i, j) - target(i, j);
+      return diff * diff;
+    }) * inv_d;
+    for (long j = 0; j < d; ++j) out.dy(i, j) = scale * (T(2.0) * inv_d * (pred(i, j) - target(i, j)));
+  }
+  out.loss_sum = reduce<T>(pred.rows(), [&](long i) { return row_loss[i]; });
+  return out;
+}
+
+// Token-level softmax cross-entropy, summed over rows whose class is not
+// kIgnoreClass; ignored rows get dy = 0. The item count is the number of
+// rows that are not ignored. Numerically stable form: shift by the row max.
+template <class T>
+LossAndGrad<T> cross_entropy_loss(const Matrix<T>& logits, const std::vector<int>& classes, const T& scale) {
+  const long d = logits.cols();
+  LossAndGrad<T> out{T(0.0), zeros<T>(logits.rows(), d)};
+  std::vector<T> row_loss(static_cast<std::size_t>(logits.rows()), T(0.0));
+  for (long i = 0; i < logits.rows(); ++i) {
+    if (classes[i] == kIgnoreClass) continue;
+    T row_max = logits(i, 0);
+    for (long j = 1; j < d; ++j) row_max = max(row_max, logits(i, j));
+    std::vector<T> shifted_exp(static_cast<std::size_t>(d));
+    for (long j = 0; j < d; ++j) shifted_exp[j] = exp(logits(i, j) - row_max);
+    const T denom = reduce<T>(d, [&](long j) { return shifted_exp[j]; });
+    row_loss[i] = log(denom) - (logits(i, classes[i]) - row_max);
+    for (long j = 0; j < d; ++j) {
+      const T p = shifted_exp[j] / denom;
+      out.dy(i, j) = scale * (j == classes[i] ? p - T(1.0) : p);
+    }
+  }
+  out.loss_sum = reduce<T>(logits.rows(), [&](long i) { return row_loss[i]; });
+  return out;
+}
+
+// Items a batch contributes to the normalizer.
+inline long cross_entropy_items(const std::vector<int>& classes) {
+  long n = 0;
+  for (int c : classes) n += c != kIgnoreClass;
+  return n;
+}
+
+}  // namespace gradeq::ref

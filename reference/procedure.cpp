@@ -1,0 +1,41 @@
+// procedure.cpp — batch slicing and the per-micro-batch loss scales.
+#include "reference/procedure.h"
+
+#include <stdexcept>
+
+namespace gradeq::ref {
+
+long Batch::items(LossKind loss) const { return loss == LossKind::mse ? rows() : cross_entropy_items(classes); }
+
+Batch Batch::slice(long first, long count) const {
+  if (first < 0 || count < 0 || first + count > samples()) throw std::out_of_range("Batch::slice outside the batch");
+  Batch b;
+  b.positions = positions;
+  b.inputs = row_slice(inputs, first * positions, count * positions);
+  if (targets.size() > 0) b.targets = row_slice(targets, first * positions, count * positions);
+  if (!classes.empty())
+    b.classes.assign(classes.begin() + first * positions, classes.begin() + (first + count) * positions);
+  return b;
+}
+
+std::vector<double> micro_batch_scales(const ProcedureConfig& config, LossKind loss, const Batch& window,
+                                       const std::vector<long>& micro_batch_samples) {
+  std::vector<double> scales;
+  const double n = static_cast<double>(micro_batch_samples.size());
+  const long window_items = window.items(loss);
+  long first = 0;
+  for (long count : micro_batch_samples) {
+    const long items = window.slice(first, count).items(loss);
+    first += count;
+    double normalizer = 0.0;
+    switch (config.normalization) {
+      case Normalization::global_count: normalizer = static_cast<double>(window_items); break;
+      case Normalization::equal_split: normalizer = n * static_cast<double>(items); break;
+    }
+    // A window (or micro-batch) with no items contributes nothing.
+    scales.push_back(normalizer > 0.0 ? config.loss_scale / normalizer : 0.0);
+  }
+  return scales;
+}
+
+}  // namespace gradeq::ref

@@ -1,0 +1,97 @@
+// json_report.cpp — the complete machine-readable report.
+#include <cmath>
+
+#include "reports/report.h"
+
+namespace gradeq {
+namespace {
+
+// JSON has no Inf or NaN: non-finite numbers become strings.
+nlohmann::json number(double v) {
+  if (std::isfinite(v)) return v;
+  return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+}
+
+nlohmann::json check_json(const TensorCheck& c) {
+  return {{"tensor", c.name},
+          {"shape", {c.rows, c.cols}},
+          {"dtype", std::string(dtype_name(c.dtype))},
+          {"passed", c.passed()},
+          {"max_abs", number(c.metrics.max_abs)},
+          {"max_rel", number(c.metrics.max_rel)},
+          {"normwise_rel", number(c.metrics.normwise_rel)},
+          {"max_ulp", number(c.metrics.max_ulp)},
+          {"cosine", number(c.metrics.cosine)},
+          {"worst_ratio", number(c.worst_ratio)},
+          {"worst_index", c.worst_index},
+          {"worst_error", number(c.worst_error)},
+          {"worst_bound", number(c.worst_bound)},
+          {"worst_expected", number(c.worst_expected)},
+          {"worst_actual", number(c.worst_actual)},
+          {"expected_norm", number(c.expected_norm)},
+          {"non_finite_actual", c.non_finite_actual},
+          {"unbounded", c.unbounded},
+          {"failure", c.failure_reason()}};
+}
+
+nlohmann::json verdict_json(const Verdict& v) {
+  nlohmann::json checks = nlohmann::json::array();
+  for (const TensorCheck& c : v.checks) checks.push_back(check_json(c));
+  return {{"verdict", verdict_name(v.kind)}, {"status", status_name(v.status)}, {"worst_ratio", number(v.worst_ratio)},
+          {"note", v.note}, {"tensors", checks}};
+}
+
+}  // namespace
+
+nlohmann::json report_json(const CheckReport& r) {
+  nlohmann::json scenarios = nlohmann::json::array();
+  for (const ScenarioResult& s : r.scenarios) {
+    nlohmann::json shapes = nlohmann::json::array();
+    for (const ref::ParameterInfo& p : ref::parameter_layout(s.spec.model))
+      shapes.push_back({{"parameter", p.name}, {"shape", {p.rows, p.cols}}});
+    scenarios.push_back({{"name", s.spec.name},
+                         {"passed", s.passed()},
+                         {"failure", s.first_failure()},
+                         {"model", ref::describe(s.spec.model)},
+                         {"input_features", s.spec.model.input_features},
+                         {"positions", s.spec.model.positions},
+                         {"parameters", shapes},
+                         {"data", data_kind_name(s.spec.data)},
+                         {"split", s.spec.split},
+                         {"split_text", describe_split(s.spec.split)},
+                         {"compute_dtype", std::string(dtype_name(s.spec.precision.compute))},
+                         {"accumulate_dtype", std::string(dtype_name(s.spec.precision.accumulate))},
+                         {"learning_rate", s.spec.procedure.optimizer.lr},
+                         {"seed", s.spec.seed},
+                         {"vacuous", s.vacuous},
+                         {"seconds", s.seconds},
+                         {"verdicts", {verdict_json(s.math), verdict_json(s.kernel), verdict_json(s.accumulation)}}});
+  }
+  nlohmann::json properties = nlohmann::json::array();
+  for (const PropertyRun& p : r.properties)
+    properties.push_back({{"name", p.name},
+                          {"passed", p.passed},
+                          {"cases", p.cases},
+                          {"worst_ratio", number(p.worst_ratio)},
+                          {"discarded_vacuous", p.discarded_vacuous},
+                          {"discarded_ill_conditioned", p.discarded_ill_conditioned},
+                          {"counterexample", p.counterexample},
+                          {"message", p.message},
+                          {"reproduce", p.reproduce},
+                          {"seconds", p.seconds}});
+  return {{"tool", "gradeq"},
+          {"version", r.version},
+          {"started_at", r.started_at},
+          {"backend", r.backend},
+          {"seed", r.seed},
+          {"cases_per_property", r.cases},
+          {"error_model", error_model_name(r.model)},
+          {"formulation_factor", kFormulationFactor},
+          {"passed", r.passed()},
+          {"failures", r.failures()},
+          {"seconds", r.seconds},
+          {"scenarios", scenarios},
+          {"properties", properties}};
+}
+
+}  // namespace gradeq

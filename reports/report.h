@@ -1,0 +1,24 @@
+// report.h — writers that render a CheckReport: report.json (everything,
+// for tools), report.md (for a reviewer), junit.xml (for CI systems).
+// Writers only format; they compute nothing a reader could not recompute
+// from report.json.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/cli/gate.h"
+
+namespace gradeq {
+
+nlohmann::json report_json(const CheckReport& report);
+std::string report_markdown(const CheckReport& report);
+std::string report_junit(const CheckReport& report);
+
+// Writes report.json, report.md and junit.xml into dir (created if needed).
+void write_reports(const std::filesystem::path& dir, const CheckReport& report);
+void write_text(const std::filesystem::path& path, const std::string& text);
+
+}  // namespace gradeq
