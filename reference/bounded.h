@@ -116,17 +116,30 @@ struct Bounded {
 namespace detail {
 // Rounding of one float32 register operation whose exact result is v and
 // whose inputs already carry kernel error k: |fl(x) - x| <= u |x| + floor.
-// IEEE +, -, *, / and sqrt are correctly rounded, so an operation on exact
-// inputs whose exact result is a float32 value makes no error at all: this
-// is what lets dyadic data be compared exactly (NUMERICS §5).
-inline double arithmetic_rounding(double v, double k) {
-  if (k == 0.0 && representable(v, 24, -126)) return 0.0;
+// IEEE +, -, *, / are correctly rounded, so an operation on exact inputs
+// whose exact result is a float32 value makes no error at all: this is what
+// lets dyadic data be compared exactly (NUMERICS §5). `exact` says whether
+// the float64 evaluation of v was itself exact (checked by an error-free
+// transformation), so that v is the exact result.
+inline double arithmetic_rounding(double v, double k, bool exact) {
+  if (k == 0.0 && exact && representable(v, 24, -126)) return 0.0;
   const RoundingModel& m = rounding_model();
   return m.arithmetic_u * (std::abs(v) + k) + m.arithmetic_floor;
 }
-inline double reference_rounding(double v, double r) {
-  if (r == 0.0 && representable(v, 53, -1022)) return 0.0;
+inline double reference_rounding(double v, double r, bool exact) {
+  if (r == 0.0 && exact) return 0.0;
   return kFloat64Roundoff * std::abs(v);
+}
+// Error-free checks: was the float64 operation that produced v exact?
+inline bool sum_exact(double a, double b, double v) {  // TwoSum (Knuth)
+  const double bb = v - a;
+  return (a - (v - bb)) + (b - bb) == 0.0;
+}
+inline bool product_exact(double a, double b, double v) { return std::fma(a, b, -v) == 0.0; }
+inline bool quotient_exact(double a, double b, double v) { return std::fma(-v, b, a) == 0.0; }
+
+inline Bounded rounded(double v, double k, double r, bool exact) {
+  return Bounded::with_bounds(v, k + arithmetic_rounding(v, k, exact), r + reference_rounding(v, r, exact));
 }
 }  // namespace detail
 
@@ -134,9 +147,7 @@ inline Bounded operator-(const Bounded& a) { return Bounded::with_bounds(-a.valu
 
 inline Bounded operator+(const Bounded& a, const Bounded& b) {
   const double v = a.value + b.value;
-  const double k = a.kernel + b.kernel;
-  const double r = a.reference + b.reference;
-  return Bounded::with_bounds(v, k + detail::arithmetic_rounding(v, k), r + detail::reference_rounding(v, r));
+  return detail::rounded(v, a.kernel + b.kernel, a.reference + b.reference, detail::sum_exact(a.value, b.value, v));
 }
 
 inline Bounded operator-(const Bounded& a, const Bounded& b) { return a + (-b); }
@@ -146,13 +157,14 @@ inline Bounded operator*(const Bounded& a, const Bounded& b) {
   const double v = a.value * b.value;
   const double k = std::abs(a.value) * b.kernel + std::abs(b.value) * a.kernel + a.kernel * b.kernel;
   const double r = std::abs(a.value) * b.reference + std::abs(b.value) * a.reference + a.reference * b.reference;
-  return Bounded::with_bounds(v, k + detail::arithmetic_rounding(v, k), r + detail::reference_rounding(v, r));
+  return detail::rounded(v, k, r, detail::product_exact(a.value, b.value, v));
 }
 
 namespace detail {
 // |x/y - x'/y'| <= (e_x |y| + |x| e_y) / (|y| (|y| - e_y)) when e_y < |y|;
 // otherwise the perturbed denominator may vanish and no bound exists.
 inline double quotient_error(double x, double ex, double y, double ey) {
+  if (ex == 0.0 && ey == 0.0) return 0.0;
   const double ay = std::abs(y);
   if (!(ey < ay)) return kInf;
   return (ex * ay + std::abs(x) * ey) / (ay * (ay - ey));
@@ -163,7 +175,7 @@ inline Bounded operator/(const Bounded& a, const Bounded& b) {
   const double v = a.value / b.value;
   const double k = detail::quotient_error(a.value, a.kernel, b.value, b.kernel);
   const double r = detail::quotient_error(a.value, a.reference, b.value, b.reference);
-  return Bounded::with_bounds(v, k + detail::arithmetic_rounding(v, k), r + detail::reference_rounding(v, r));
+  return detail::rounded(v, k, r, detail::quotient_exact(a.value, b.value, v));
 }
 
 inline Bounded& operator+=(Bounded& a, const Bounded& b) { return a = a + b; }

@@ -1,0 +1,112 @@
+// The Bounded scalar's bounds hold: random expressions evaluated in float32
+// stay within the propagated kernel bound of the exact (float64) value, and
+// exact float32 arithmetic is recognised as exact.
+#include <cmath>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "reference/bounded.h"
+#include "reference/layers.h"
+
+namespace gradeq::ref {
+namespace {
+
+// Evaluate the same expression in float and in Bounded.
+struct Pair {
+  float f;
+  Bounded b;
+};
+
+Pair leaf(double v) {
+  const float f = static_cast<float>(v);
+  return {f, Bounded(static_cast<double>(f))};
+}
+
+TEST(Bounded, RandomExpressionsStayWithinTheirBound) {
+  std::mt19937_64 rng(42);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_int_distribution<int> op(0, 7);
+  int checked = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    Pair a = leaf(normal(rng)), b = leaf(normal(rng) * 4.0);
+    for (int step = 0; step < 6; ++step) {
+      const Pair c = leaf(normal(rng));
+      switch (op(rng)) {
+        case 0: a = {a.f + c.f, a.b + c.b}; break;
+        case 1: a = {a.f - b.f, a.b - b.b}; break;
+        case 2: a = {a.f * c.f, a.b * c.b}; break;
+        case 3: a = {a.f / (std::abs(c.f) + 0.5f), a.b / (abs(c.b) + Bounded(0.5))}; break;
+        case 4: a = {std::exp(c.f), exp(c.b)}; break;
+        case 5: a = {std::tanh(a.f), tanh(a.b)}; break;
+        case 6: a = {std::sqrt(std::abs(a.f)), sqrt(abs(a.b))}; break;
+        case 7: a = {std::log(std::abs(a.f) + 1.0f), log(abs(a.b) + Bounded(1.0))}; break;
+      }
+      std::swap(a, b);
+    }
+    for (const Pair& p : {a, b}) {
+      if (!std::isfinite(p.b.kernel)) continue;
+      ASSERT_LE(std::abs(static_cast<double>(p.f) - p.b.value), p.b.kernel) << "trial " << trial;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 30000);
+}
+
+TEST(Bounded, ReductionBoundHoldsForEveryOrder) {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<double> x(257);
+    for (double& v : x) v = static_cast<float>(normal(rng) * std::ldexp(1.0, static_cast<int>(rng() % 20) - 10));
+    const Bounded s = reduce<Bounded>(static_cast<long>(x.size()), [&](long i) { return Bounded(x[i]); });
+    float forward = 0.0f, backward = 0.0f;
+    for (double v : x) forward += static_cast<float>(v);
+    for (auto it = x.rbegin(); it != x.rend(); ++it) backward += static_cast<float>(*it);
+    EXPECT_LE(std::abs(forward - s.value), s.kernel);
+    EXPECT_LE(std::abs(backward - s.value), s.kernel);
+  }
+}
+
+TEST(Bounded, ExactArithmeticHasNoError) {
+  const Bounded a(3.0), b(0.25), c(-7.0);
+  const Bounded r = (a * b + c) / Bounded(2.0);
+  EXPECT_EQ(r.kernel, 0.0);
+  EXPECT_EQ(r.reference, 0.0);
+  const Bounded s = reduce<Bounded>(100, [&](long i) { return Bounded(static_cast<double>(i)) * b; });
+  EXPECT_EQ(s.value, 0.25 * 4950);
+  EXPECT_EQ(s.kernel, 0.0);
+  // 2^24 + 1 is not a float32: the sum is not exact and gets a bound.
+  const Bounded big = reduce<Bounded>(2, [&](long i) { return Bounded(i == 0 ? 16777216.0 : 1.0); });
+  EXPECT_GT(big.kernel, 0.0);
+}
+
+TEST(Bounded, InexactConstantsCarryTheirFloat32Rounding) {
+  const Bounded tenth(0.1);
+  EXPECT_EQ(tenth.kernel, std::abs(static_cast<double>(0.1f) - 0.1));
+  EXPECT_EQ(Bounded(0.5).kernel, 0.0);
+}
+
+TEST(Bounded, StepIsUncertainOnlyWithinItsError) {
+  EXPECT_EQ(positive_step(Bounded(0.0)).kernel, 0.0);  // exact zero: branch is certain
+  EXPECT_EQ(positive_step(Bounded::with_bounds(1e-9, 1e-8, 0.0)).kernel, 1.0);
+  EXPECT_EQ(positive_step(Bounded::with_bounds(1e-7, 1e-8, 0.0)).kernel, 0.0);
+}
+
+TEST(Bounded, DivisionByAnUncertainZeroIsUnbounded) {
+  const Bounded r = Bounded(1.0) / Bounded::with_bounds(1e-9, 1e-8, 0.0);
+  EXPECT_TRUE(std::isinf(r.kernel));
+}
+
+TEST(Bounded, StorageRoundingFollowsTheModel) {
+  RoundingModel m;
+  m.compute = {0x1p-8, 0x1p-134, 8, -126};
+  const ScopedRoundingModel scope(m);
+  EXPECT_EQ(store(Bounded(1.5), Storage::compute).kernel, 0.0);  // bf16 holds 1.5 exactly
+  const Bounded third = store(Bounded(1.0) / Bounded(3.0), Storage::compute);
+  EXPECT_GT(third.kernel, 0x1p-8 / 3.0);
+  EXPECT_LE(std::abs(static_cast<double>(static_cast<float>(1.0 / 3.0)) - 1.0 / 3.0), third.kernel);
+}
+
+}  // namespace
+}  // namespace gradeq::ref

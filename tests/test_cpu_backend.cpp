@@ -1,0 +1,190 @@
+// Each host-backend op against the float64 reference op, within the bound
+// the reference propagates for a float32 kernel (times the formulation
+// factor); accumulate semantics (beta = 1) and explicit zeroing.
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/check.h"
+#include "reference/layers.h"
+#include "reference/losses.h"
+#include "support.h"
+
+namespace gradeq::test {
+namespace {
+
+using ref::lift;
+
+class CpuBackendTest : public ::testing::Test {
+ protected:
+  CpuBackend backend;
+  std::mt19937_64 rng{99};
+
+  Tensor put(const Matrix<double>& m, DType t = DType::f32) {
+    Tensor x = backend.allocate(m.rows(), m.cols(), t);
+    std::vector<float> v(m.data(), m.data() + m.size());
+    backend.upload(x, v);
+    return x;
+  }
+  Tensor empty(long rows, long cols, DType t = DType::f32) {
+    Tensor x = backend.allocate(rows, cols, t);
+    backend.fill(x, std::numeric_limits<float>::quiet_NaN());  // must be overwritten
+    return x;
+  }
+  std::vector<float> get(const Tensor& t) {
+    std::vector<float> v(static_cast<std::size_t>(t.size()));
+    backend.download(t, v);
+    return v;
+  }
+  void expect_within_bound(const Tensor& actual, const Matrix<Bounded>& expected, const std::string& what) {
+    const std::vector<float> a = get(actual);
+    ASSERT_EQ(static_cast<long>(a.size()), expected.size()) << what;
+    double nonzero = 0.0;
+    for (long i = 0; i < expected.size(); ++i) {
+      const Bounded& e = expected.data()[i];
+      ASSERT_TRUE(std::isfinite(a[i])) << what << "[" << i << "]";
+      const double bound = kernel_bound(e.kernel, e.reference);
+      EXPECT_LE(std::abs(a[i] - e.value), bound) << what << "[" << i << "] kernel " << a[i] << " reference " << e.value;
+      nonzero += std::abs(e.value);
+    }
+    EXPECT_GT(nonzero, 0.0) << what << ": an all-zero expectation proves nothing";
+  }
+};
+
+TEST_F(CpuBackendTest, LinearForwardAndBackward) {
+  const auto x = random_matrix(rng, 9, 13), w = random_matrix(rng, 5, 13), b = random_matrix(rng, 1, 5);
+  const auto dy = random_matrix(rng, 9, 5);
+  Tensor tx = put(x), tw = put(w), tb = put(b), tdy = put(dy), ty = empty(9, 5), tdx = empty(9, 13);
+  backend.linear_forward(tx, tw, tb, ty);
+  expect_within_bound(ty, ref::linear_forward(lift<Bounded>(x), lift<Bounded>(w), lift<Bounded>(b)), "y");
+  backend.linear_backward_data(tdy, tw, tdx);
+  const auto g = ref::linear_backward(lift<Bounded>(x), lift<Bounded>(w), lift<Bounded>(dy));
+  expect_within_bound(tdx, g.dx, "dx");
+  // dw and db accumulate: start from a non-zero buffer.
+  const auto dw0 = random_matrix(rng, 5, 13), db0 = random_matrix(rng, 1, 5);
+  Tensor tdw = put(dw0), tdb = put(db0);
+  backend.linear_backward_weight(tdy, tx, tdw, tdb);
+  expect_within_bound(tdw, Matrix<Bounded>(lift<Bounded>(dw0) + g.dw), "dw += dy^T x");
+  expect_within_bound(tdb, Matrix<Bounded>(lift<Bounded>(db0) + g.db), "db += sum dy");
+}
+
+TEST_F(CpuBackendTest, ZeroIsExplicit) {
+  Tensor t = put(random_matrix(rng, 3, 4));
+  const Tensor list[] = {t};
+  backend.zero(list);
+  for (float v : get(t)) EXPECT_EQ(v, 0.0f);
+}
+
+TEST_F(CpuBackendTest, Activations) {
+  const auto x = random_matrix(rng, 6, 7, 2.0), dy = random_matrix(rng, 6, 7);
+  Tensor tx = put(x), tdy = put(dy), ty = empty(6, 7), tdx = empty(6, 7);
+  backend.activation_forward(Activation::relu, tx, ty);
+  expect_within_bound(ty, ref::relu_forward(lift<Bounded>(x)), "relu");
+  backend.activation_backward(Activation::relu, tx, tdy, tdx);
+  expect_within_bound(tdx, ref::relu_backward(lift<Bounded>(x), lift<Bounded>(dy)), "relu'");
+  backend.activation_forward(Activation::gelu_tanh, tx, ty);
+  expect_within_bound(ty, ref::gelu_forward(lift<Bounded>(x)), "gelu");
+  backend.activation_backward(Activation::gelu_tanh, tx, tdy, tdx);
+  expect_within_bound(tdx, ref::gelu_backward(lift<Bounded>(x), lift<Bounded>(dy)), "gelu'");
+}
+
+TEST_F(CpuBackendTest, LayerNorm) {
+  const long rows = 5, cols = 11;
+  const auto x = random_matrix(rng, rows, cols, 3.0), dy = random_matrix(rng, rows, cols);
+  auto gamma = random_matrix(rng, 1, cols, 0.2), beta = random_matrix(rng, 1, cols, 0.2);
+  gamma.array() += 1.0;
+  for (long i = 0; i < gamma.size(); ++i) gamma.data()[i] = static_cast<float>(gamma.data()[i]);
+  const NormConfig c{NormKind::layer, 1, 1, 1e-5f, 0.1f};
+  const ref::NormShape shape{ref::NormKind::layer, 1, 1, static_cast<double>(1e-5f)};
+  Tensor tx = put(x), tg = put(gamma), tb = put(beta), tdy = put(dy), ty = empty(rows, cols);
+  Tensor mean = empty(1, rows), rstd = empty(1, rows), tdx = empty(rows, cols);
+  Tensor dg = put(Matrix<double>::Zero(1, cols)), db = put(Matrix<double>::Zero(1, cols));
+  backend.norm_forward(c, tx, tg, tb, ty, mean, rstd, Tensor{}, Tensor{});
+  const auto xb = lift<Bounded>(x);
+  const auto stats = ref::norm_statistics(shape, xb);
+  expect_within_bound(ty, ref::norm_forward(shape, xb, lift<Bounded>(gamma), lift<Bounded>(beta), stats), "y");
+  backend.norm_backward(c, tx, tg, tdy, mean, rstd, tdx, dg, db);
+  const auto g = ref::norm_backward(shape, xb, lift<Bounded>(gamma), lift<Bounded>(dy), stats);
+  expect_within_bound(tdx, g.dx, "dx");
+  expect_within_bound(dg, g.dgamma, "dgamma");
+  expect_within_bound(db, g.dbeta, "dbeta");
+}
+
+TEST_F(CpuBackendTest, Losses) {
+  const auto y = random_matrix(rng, 6, 4, 2.0), t = random_matrix(rng, 6, 4);
+  Tensor ty = put(y), tt = put(t), tdy = empty(6, 4);
+  const double sum = backend.loss_forward_backward(LossKind::mse, ty, tt, 0.125f, tdy);
+  const auto mse = ref::mse_loss(lift<Bounded>(y), lift<Bounded>(t), Bounded(0.125));
+  expect_within_bound(tdy, mse.dy, "mse dy");
+  EXPECT_LE(std::abs(sum - mse.loss_sum.value), kernel_bound(mse.loss_sum.kernel, mse.loss_sum.reference));
+
+  const std::vector<int> classes = {1, ref::kIgnoreClass, 0, 3, 2, ref::kIgnoreClass};
+  Matrix<double> cls(6, 1);
+  for (long i = 0; i < 6; ++i) cls(i, 0) = classes[i];
+  Tensor tc = put(cls);
+  const double ce_sum = backend.loss_forward_backward(LossKind::cross_entropy, ty, tc, 0.25f, tdy);
+  const auto ce = ref::cross_entropy_loss(lift<Bounded>(y), classes, Bounded(0.25));
+  expect_within_bound(tdy, ce.dy, "cross-entropy dy");
+  EXPECT_LE(std::abs(ce_sum - ce.loss_sum.value), kernel_bound(ce.loss_sum.kernel, ce.loss_sum.reference));
+}
+
+TEST_F(CpuBackendTest, AccumulateScaleNormFinite) {
+  const auto a = random_matrix(rng, 3, 5), b = random_matrix(rng, 3, 5);
+  Tensor ta = put(a), tb = put(b);
+  const Tensor dst[] = {ta}, src[] = {tb};
+  backend.accumulate(dst, src, {});
+  expect_within_bound(ta, Matrix<Bounded>(lift<Bounded>(a) + lift<Bounded>(b)), "a + b");
+  backend.scale(dst, 0.5f);
+  expect_within_bound(ta, Matrix<Bounded>((lift<Bounded>(a) + lift<Bounded>(b)) * Bounded(0.5)), "(a + b) / 2");
+  const auto sq = ref::reduce<Bounded>(b.size(), [&](long i) { return Bounded(b.data()[i]) * Bounded(b.data()[i]); });
+  const Bounded norm = ref::sqrt(sq);
+  EXPECT_LE(std::abs(backend.global_norm(src) - norm.value), kernel_bound(norm.kernel, norm.reference));
+  EXPECT_TRUE(backend.all_finite(src));
+  backend.fill(tb, std::numeric_limits<float>::infinity());
+  EXPECT_FALSE(backend.all_finite(src));
+}
+
+// Kahan-compensated accumulation into a bfloat16 buffer keeps what plain
+// bfloat16 accumulation loses: 256 + 1 + 1 + ... stays 256 without it.
+TEST_F(CpuBackendTest, CompensatedAccumulationRecoversLowBits) {
+  Tensor plain = put(Matrix<double>::Constant(1, 1, 256.0), DType::bf16);
+  Tensor kahan = put(Matrix<double>::Constant(1, 1, 256.0), DType::bf16);
+  Tensor comp = put(Matrix<double>::Zero(1, 1), DType::bf16);
+  Tensor one = put(Matrix<double>::Constant(1, 1, 1.0));
+  const Tensor p[] = {plain}, k[] = {kahan}, c[] = {comp}, o[] = {one};
+  for (int i = 0; i < 64; ++i) {
+    backend.accumulate(p, o, {});
+    backend.accumulate(k, o, c);
+  }
+  EXPECT_EQ(get(plain)[0], 256.0f);                      // every +1 rounds away
+  EXPECT_EQ(get(kahan)[0] - get(comp)[0], 320.0f);       // value + correction is exact
+}
+
+TEST_F(CpuBackendTest, SgdStep) {
+  const auto p = random_matrix(rng, 2, 3), g = random_matrix(rng, 2, 3);
+  Tensor tp = put(p), tg = put(g);
+  const Tensor ps[] = {tp}, gs[] = {tg};
+  OptimizerStep step;
+  step.lr = 0.1f;
+  backend.optimizer_step(step, ps, gs, {}, {});
+  auto expected = lift<Bounded>(p);
+  ref::sgd_step(expected, lift<Bounded>(g), Bounded(static_cast<double>(0.1f)));
+  expect_within_bound(tp, expected, "p - lr g");
+}
+
+TEST_F(CpuBackendTest, StoresRoundToTheTensorDtype) {
+  Tensor t = backend.allocate(1, 1, DType::bf16);
+  const float v[] = {1.0f + 0x1p-10f};
+  backend.upload(t, v);
+  EXPECT_EQ(get(t)[0], 1.0f);
+  EXPECT_EQ(backend.peak_bytes(), 2u);
+}
+
+TEST_F(CpuBackendTest, ShapeMismatchIsAnError) {
+  Tensor x = empty(2, 3), w = empty(4, 5), b = empty(1, 4), y = empty(2, 4);
+  EXPECT_THROW(backend.linear_forward(x, w, b, y), KernelError);
+}
+
+}  // namespace
+}  // namespace gradeq::test

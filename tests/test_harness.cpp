@@ -1,0 +1,184 @@
+// Scenario description and validation, comparisons (NaN never passes), the
+// verdicts of a scenario, and the .npy dump.
+#include <cmath>
+#include <fstream>
+#include <limits>
+
+#include "harness/compare.h"
+#include "harness/dump.h"
+#include "harness/equivalence.h"
+#include "harness/suite.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "support.h"
+
+namespace gradeq::test {
+namespace {
+
+ScenarioSpec small_scenario() {
+  ScenarioSpec s;
+  s.name = "small";
+  s.model.input_features = 3;
+  s.model.layers = {{ref::LayerKind::linear, 4}, {ref::LayerKind::relu, 0}, {ref::LayerKind::linear, 2}};
+  s.split = {{2, 3}};
+  return s;
+}
+
+TEST(Scenario, SplitsDescribeThemselves) {
+  EXPECT_EQ(describe_split(equal_split(2, 3, 4)), "[4,4,4] [4,4,4]");
+  EXPECT_EQ(describe_split(partial_last_window_split(10, 4, 2)), "[2,2,2,2] [2,2,2,2] [2,2]");
+  EXPECT_EQ(describe_split(full_batch_split({{1, 2}, {3}})), "[3] [3]");
+  EXPECT_EQ(total_samples({{1, 2}, {3}}), 6);
+}
+
+TEST(Scenario, BadInputIsRejectedWithAMessage) {
+  auto expect_rejected = [](ScenarioSpec s, const std::string& fragment) {
+    try {
+      validate(s);
+      ADD_FAILURE() << "accepted a scenario with " << fragment;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  ScenarioSpec s = small_scenario();
+  s.split = {{2, 0}};
+  expect_rejected(s, "micro-batch of 0 samples");
+  s.split = {{2, -1}};
+  expect_rejected(s, "micro-batch of -1 samples");
+  s.split = {};
+  expect_rejected(s, "at least one window");
+  s.split = {{}};
+  expect_rejected(s, "no micro-batches");
+  s = small_scenario();
+  s.model.input_features = 0;
+  expect_rejected(s, "input features");
+  s = small_scenario();
+  s.model.layers[0].features = 0;
+  expect_rejected(s, "output features");
+  s = small_scenario();
+  s.data = DataKind::padded_sequences;
+  expect_rejected(s, "cross_entropy");
+  s = small_scenario();
+  s.procedure.loss_scale = 3.0;
+  expect_rejected(s, "power of two");
+  s = small_scenario();
+  s.procedure.optimizer.lr = -1.0;
+  expect_rejected(s, "learning rate");
+  EXPECT_THROW(partial_last_window_split(0, 4, 2), std::invalid_argument);
+}
+
+TEST(Scenario, MaterializeIsDeterministicAndFloat32) {
+  const Scenario a = materialize(small_scenario()), b = materialize(small_scenario());
+  ASSERT_EQ(a.windows.size(), 1u);
+  EXPECT_EQ(a.windows[0].inputs, b.windows[0].inputs);
+  EXPECT_EQ(a.windows[0].samples(), 5);
+  for (long i = 0; i < a.windows[0].inputs.size(); ++i) {
+    const double v = a.windows[0].inputs.data()[i];
+    EXPECT_EQ(static_cast<double>(static_cast<float>(v)), v);
+  }
+}
+
+TEST(Scenario, PaddedSequencesVaryInLength) {
+  ScenarioSpec s = small_scenario();
+  s.model.loss = ref::LossKind::cross_entropy;
+  s.model.positions = 6;
+  s.data = DataKind::padded_sequences;
+  s.split = {{8, 8}};
+  const Scenario sc = materialize(s);
+  std::set<long> lengths;
+  for (long sample = 0; sample < 16; ++sample) {
+    long n = 0;
+    for (long t = 0; t < 6; ++t) n += sc.windows[0].classes[sample * 6 + t] != ref::kIgnoreClass;
+    EXPECT_GE(n, 1);
+    lengths.insert(n);
+  }
+  EXPECT_GT(lengths.size(), 2u);
+}
+
+TEST(Compare, NanAndInfNeverPass) {
+  const std::vector<double> expected = {1.0, 2.0}, bound = {1.0, 1.0};
+  EXPECT_FALSE(compare_tensor("t", 1, 2, DType::f32, expected, {1.0, std::nan("")}, bound).passed());
+  EXPECT_FALSE(compare_tensor("t", 1, 2, DType::f32, expected, {1.0, HUGE_VAL}, bound).passed());
+  EXPECT_FALSE(compare_tensor("t", 1, 2, DType::f32, expected, {1.0, 2.0}, {1.0, HUGE_VAL}).passed());
+  EXPECT_TRUE(compare_tensor("t", 1, 2, DType::f32, expected, {1.5, 2.0}, bound).passed());
+  const TensorCheck c = compare_tensor("t", 1, 2, DType::f32, expected, {1.0, 4.0}, bound);
+  EXPECT_FALSE(c.passed());
+  EXPECT_EQ(c.worst_index, 1);
+  EXPECT_EQ(c.worst_ratio, 2.0);
+  EXPECT_NE(c.failure_reason().find("exceeds its bound"), std::string::npos);
+}
+
+TEST(Compare, Metrics) {
+  const TensorCheck c = compare_tensor("t", 1, 2, DType::f32, {1.0, -2.0}, {1.0 + 0x1p-23, -2.0}, {1.0, 1.0});
+  EXPECT_DOUBLE_EQ(c.metrics.max_abs, 0x1p-23);
+  EXPECT_DOUBLE_EQ(c.metrics.max_ulp, 1.0);
+  EXPECT_NEAR(c.metrics.cosine, 1.0, 1e-12);
+  EXPECT_DOUBLE_EQ(ulp_in(1.0, DType::bf16), 0x1p-7);
+  EXPECT_DOUBLE_EQ(ulp_in(0.0, DType::f16), 0x1p-24);
+}
+
+TEST(Equivalence, DefaultSuitePassesOnTheHostBackend) {
+  CpuBackend cpu;
+  for (const ScenarioSpec& s : default_scenarios()) {
+    const ScenarioResult r = check_scenario(s, cpu, correct_loop(), ErrorModel{});
+    EXPECT_TRUE(r.passed()) << s.name << ": " << r.first_failure();
+    EXPECT_FALSE(r.vacuous) << s.name;
+  }
+}
+
+// A backend that normalizes each micro-batch by its own item count instead
+// of the window's: it forgets the 1/N. The gate must fail.
+class ForgetsOneOverN : public CpuBackend {
+ public:
+  double loss_forward_backward(LossKind k, const Tensor& y, const Tensor& targets, float, const Tensor& dy) override {
+    long items = y.rows;
+    if (k == LossKind::cross_entropy) {
+      std::vector<float> t(static_cast<std::size_t>(targets.size()));
+      download(targets, t);
+      items = std::count_if(t.begin(), t.end(), [](float c) { return c >= 0; });
+    }
+    return CpuBackend::loss_forward_backward(k, y, targets, 1.0f / static_cast<float>(items), dy);
+  }
+};
+
+TEST(Equivalence, ForgottenOneOverNFailsTheGate) {
+  ForgetsOneOverN broken;
+  const ScenarioSpec s = *find_scenario(default_scenarios(), "mlp_mse_equal");
+  const ScenarioResult r = check_scenario(s, broken, correct_loop(), ErrorModel{});
+  EXPECT_FALSE(r.passed());
+  EXPECT_EQ(r.accumulation.status, Status::fail);
+  EXPECT_EQ(r.math.status, Status::pass) << "the reference is not affected";
+  EXPECT_GT(r.accumulation.worst_ratio, 10.0);
+}
+
+TEST(Dump, WritesNpyFilesAndAManifest) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "gradeq_dump_test";
+  std::filesystem::remove_all(dir);
+  CpuBackend cpu;
+  const Scenario sc = materialize(small_scenario());
+  const int files = dump_scenario(dir, sc, execute(sc, cpu, correct_loop(), ErrorModel{}));
+  EXPECT_GT(files, 10);
+  std::ifstream manifest(dir / "manifest.json");
+  const auto m = nlohmann::json::parse(manifest);
+  EXPECT_EQ(m["split"], "[2,3]");
+  bool saw_k_acc = false;
+  for (const auto& f : m["files"]) {
+    EXPECT_TRUE(std::filesystem::exists(dir / f["file"].get<std::string>())) << f["file"];
+    saw_k_acc |= f["name"].get<std::string>().starts_with("K_acc/grad/");
+  }
+  EXPECT_TRUE(saw_k_acc);
+  std::ifstream npy(dir / "window0_inputs.npy", std::ios::binary);
+  std::string magic(6, '\0');
+  npy.read(magic.data(), 6);
+  EXPECT_EQ(magic, "\x93NUMPY");
+  char rest[4];
+  npy.read(rest, 4);
+  const int header_len = static_cast<unsigned char>(rest[2]) | (static_cast<unsigned char>(rest[3]) << 8);
+  EXPECT_EQ((10 + header_len) % 64, 0);
+  std::string header(static_cast<std::size_t>(header_len), '\0');
+  npy.read(header.data(), header_len);
+  EXPECT_NE(header.find("'shape': (5, 3)"), std::string::npos) << header;
+  EXPECT_NE(header.find("<f8"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gradeq::test

@@ -1,0 +1,115 @@
+// Every layer's and loss's float64 backward against central finite
+// differences of its forward (docs/NUMERICS.md §6 for the tolerance).
+#include <random>
+
+#include "reference/layers.h"
+#include "reference/losses.h"
+#include "reference/model.h"
+#include "support.h"
+
+namespace gradeq::test {
+namespace {
+
+using ref::lift;
+
+// sum(f(x) * probe): a scalar whose gradient is the vector-Jacobian product.
+template <class T>
+T probe_sum(const Matrix<T>& y, const Matrix<double>& probe) {
+  return ref::reduce<T>(y.size(), [&](long i) { return y.data()[i] * T(probe.data()[i]); });
+}
+
+class ReferenceGradients : public ::testing::Test {
+ protected:
+  std::mt19937_64 rng{20261130};
+};
+
+TEST_F(ReferenceGradients, Linear) {
+  const auto x = random_matrix(rng, 5, 7), w = random_matrix(rng, 3, 7), b = random_matrix(rng, 1, 3);
+  const auto probe = random_matrix(rng, 5, 3);
+  const auto g = ref::linear_backward(x, w, probe);
+  expect_gradient_matches([&](const auto& v) { return probe_sum(ref::linear_forward(v, lift<Bounded>(w), lift<Bounded>(b)), probe); }, x, g.dx, "dx");
+  expect_gradient_matches([&](const auto& v) { return probe_sum(ref::linear_forward(lift<Bounded>(x), v, lift<Bounded>(b)), probe); }, w, g.dw, "dw");
+  expect_gradient_matches([&](const auto& v) { return probe_sum(ref::linear_forward(lift<Bounded>(x), lift<Bounded>(w), v), probe); }, b, g.db, "db");
+}
+
+TEST_F(ReferenceGradients, Relu) {
+  auto x = random_matrix(rng, 4, 9);
+  // Keep away from the kink, where the derivative does not exist.
+  for (long i = 0; i < x.size(); ++i) x.data()[i] += x.data()[i] > 0 ? 0.01 : -0.01;
+  const auto probe = random_matrix(rng, 4, 9);
+  expect_gradient_matches([&](const auto& v) { return probe_sum(ref::relu_forward(v), probe); }, x,
+                          ref::relu_backward(x, probe), "dx");
+}
+
+TEST_F(ReferenceGradients, GeluTanh) {
+  const auto x = random_matrix(rng, 4, 9, 2.0), probe = random_matrix(rng, 4, 9);
+  expect_gradient_matches([&](const auto& v) { return probe_sum(ref::gelu_forward(v), probe); }, x,
+                          ref::gelu_backward(x, probe), "dx");
+}
+
+TEST_F(ReferenceGradients, LayerNorm) {
+  const ref::NormShape shape{ref::NormKind::layer, 1, 1, 1e-5};
+  const auto x = random_matrix(rng, 3, 8, 2.0), probe = random_matrix(rng, 3, 8);
+  auto gamma = random_matrix(rng, 1, 8, 0.3), beta = random_matrix(rng, 1, 8, 0.3);
+  gamma.array() += 1.0;
+  const auto g = ref::norm_backward(shape, x, gamma, probe, ref::norm_statistics(shape, x));
+  auto forward = [&](const auto& xv, const auto& gv, const auto& bv) {
+    return probe_sum(ref::norm_forward(shape, xv, gv, bv, ref::norm_statistics(shape, xv)), probe);
+  };
+  expect_gradient_matches([&](const auto& v) { return forward(v, lift<Bounded>(gamma), lift<Bounded>(beta)); }, x, g.dx, "dx");
+  expect_gradient_matches([&](const auto& v) { return forward(lift<Bounded>(x), v, lift<Bounded>(beta)); }, gamma, g.dgamma, "dgamma");
+  expect_gradient_matches([&](const auto& v) { return forward(lift<Bounded>(x), lift<Bounded>(gamma), v); }, beta, g.dbeta, "dbeta");
+}
+
+TEST_F(ReferenceGradients, MeanSquaredError) {
+  const auto pred = random_matrix(rng, 6, 3), target = random_matrix(rng, 6, 3);
+  const auto out = ref::mse_loss(pred, target, 0.25);
+  expect_gradient_matches(
+      [&](const auto& v) {
+        using T = typename std::decay_t<decltype(v)>::Scalar;
+        return ref::mse_loss(v, lift<T>(target), T(0.25)).loss_sum * T(0.25);
+      },
+      pred, out.dy, "dpred");
+}
+
+TEST_F(ReferenceGradients, CrossEntropyWithIgnoredRows) {
+  const auto logits = random_matrix(rng, 7, 5, 2.0);
+  const std::vector<int> classes = {0, 4, ref::kIgnoreClass, 2, 1, ref::kIgnoreClass, 3};
+  const auto out = ref::cross_entropy_loss(logits, classes, 0.5);
+  expect_gradient_matches(
+      [&](const auto& v) {
+        using T = typename std::decay_t<decltype(v)>::Scalar;
+        return ref::cross_entropy_loss(v, classes, T(0.5)).loss_sum * T(0.5);
+      },
+      logits, out.dy, "dlogits");
+  for (long j = 0; j < 5; ++j) EXPECT_EQ(out.dy(2, j), 0.0) << "ignored rows get no gradient";
+}
+
+// The whole stack: forward, loss, backward of a model, every parameter.
+TEST_F(ReferenceGradients, ModelStack) {
+  ref::ModelSpec spec;
+  spec.input_features = 4;
+  spec.layers = {{ref::LayerKind::linear, 6}, {ref::LayerKind::gelu, 0}, {ref::LayerKind::layer_norm, 0}, {ref::LayerKind::linear, 3}};
+  spec.loss = ref::LossKind::cross_entropy;
+  const auto layout = ref::parameter_layout(spec);
+  ref::Tensors<double> params;
+  for (const auto& p : layout) params.push_back(random_matrix(rng, p.rows, p.cols, 0.7));
+  const auto x = random_matrix(rng, 5, 4);
+  const std::vector<int> classes = {0, 2, 1, ref::kIgnoreClass, 2};
+  const auto tape = ref::forward(spec, params, x);
+  const auto grads = ref::backward(spec, params, tape, ref::cross_entropy_loss(tape.output, classes, 1.0).dy);
+  for (std::size_t p = 0; p < layout.size(); ++p) {
+    expect_gradient_matches(
+        [&](const auto& v) {
+          using T = typename std::decay_t<decltype(v)>::Scalar;
+          ref::Tensors<T> ps;
+          for (const auto& q : params) ps.push_back(lift<T>(q));
+          ps[p] = v;
+          return ref::cross_entropy_loss(ref::forward(spec, ps, lift<T>(x)).output, classes, T(1.0)).loss_sum;
+        },
+        params[p], grads[p], layout[p].name);
+  }
+}
+
+}  // namespace
+}  // namespace gradeq::test
