@@ -7,6 +7,7 @@
 #include "harness/compare.h"
 #include "harness/dump.h"
 #include "harness/equivalence.h"
+#include "harness/cli/gate.h"
 #include "harness/suite.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "support.h"
@@ -148,6 +149,27 @@ TEST(Equivalence, ForgottenOneOverNFailsTheGate) {
   EXPECT_EQ(r.accumulation.status, Status::fail);
   EXPECT_EQ(r.math.status, Status::pass) << "the reference is not affected";
   EXPECT_GT(r.accumulation.worst_ratio, 10.0);
+}
+
+// The whole gate (suite and properties), as `gradeq check` runs it: passes
+// on the host backend, fails with the broken one.
+TEST(Gate, PassesOnCorrectCodeAndFailsWhenOneOverNIsForgotten) {
+  GateOptions options;
+  options.cases = 20;
+  CpuBackend cpu;
+  const CheckReport good = run_gate(options, cpu);
+  EXPECT_TRUE(good.passed());
+  EXPECT_EQ(good.scenarios.size(), default_scenarios().size());
+  ForgetsOneOverN broken;
+  const CheckReport bad = run_gate(options, broken);
+  EXPECT_FALSE(bad.passed());
+  long failed_scenarios = 0;
+  for (const ScenarioResult& s : bad.scenarios) failed_scenarios += !s.passed();
+  EXPECT_GE(failed_scenarios, 5) << "every scenario with N > 1 must catch it";
+  bool accumulation_property_failed = false;
+  for (const PropertyRun& p : bad.properties)
+    if (p.name == "AccumulationEquivalence") accumulation_property_failed = !p.passed && !p.counterexample.empty();
+  EXPECT_TRUE(accumulation_property_failed) << "the property fails with a shrunk counterexample";
 }
 
 TEST(Dump, WritesNpyFilesAndAManifest) {
