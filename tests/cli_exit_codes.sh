@@ -43,4 +43,60 @@ expect 0 "wrote" -- report --out "$work/report" --property Exactness --cases 5
 for f in report.json report.md junit.xml; do
   [ -s "$work/report/$f" ] || { echo "FAIL: report did not write $f"; failures=$((failures + 1)); }
 done
+# User scenarios from TOML: a good file passes, bad ones say what is wrong.
+cat >"$work/good.toml" <<'TOML'
+[[scenario]]
+name = "user_mlp"
+input_features = 6
+layers = ["linear:8", "gelu", "layernorm", "linear:3"]
+loss = "cross_entropy"
+positions = 4
+data = "padded_sequences"
+split = [[3, 1, 4], [2, 2]]
+TOML
+expect 0 "user_mlp" -- check --config "$work/good.toml" --property Exactness --cases 3
+bad() {  # bad NAME PATTERN TOML-BODY
+  printf '%s\n' "$3" >"$work/$1.toml"
+  expect 2 "$2" -- check --config "$work/$1.toml"
+}
+bad zero_mb "micro-batch size must be >= 1" '[[scenario]]
+name = "z"
+input_features = 4
+layers = ["linear:2"]
+split = [[4, 0]]'
+bad negative "micro-batch size must be >= 1" '[[scenario]]
+name = "n"
+input_features = 4
+layers = ["linear:2"]
+split = [[-3]]'
+bad empty_window "non-empty list of micro-batch sizes" '[[scenario]]
+name = "e"
+input_features = 4
+layers = ["linear:2"]
+split = [[4], []]'
+bad zero_features "input_features must be >= 1" '[[scenario]]
+name = "f"
+input_features = 0
+layers = ["linear:2"]
+split = [[4]]'
+bad unknown_key "unknown key .batchsize." '[[scenario]]
+name = "k"
+input_features = 4
+batchsize = 3
+layers = ["linear:2"]
+split = [[4]]'
+bad bad_layer "linear:<output features>" '[[scenario]]
+name = "l"
+input_features = 4
+layers = ["linear:two"]
+split = [[4]]'
+bad bad_dtype "not one of" '[[scenario]]
+name = "d"
+input_features = 4
+layers = ["linear:2"]
+split = [[4]]
+compute_dtype = "float8"'
+bad syntax "syntax.toml:2" '[[scenario]]
+name = = "x"'
+expect 2 "exist" -- check --config "$work/no_such_file.toml"
 exit $((failures > 0))

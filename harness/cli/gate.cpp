@@ -58,7 +58,7 @@ CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFac
 
   std::vector<ScenarioSpec> scenarios;
   if (options.run_scenarios) {
-    const std::vector<ScenarioSpec> suite = default_scenarios();
+    const std::vector<ScenarioSpec> suite = options.suite.empty() ? default_scenarios() : options.suite;
     if (options.scenarios.empty()) {
       scenarios = suite;
     } else {

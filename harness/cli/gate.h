@@ -17,6 +17,7 @@ namespace gradeq {
 struct GateOptions {
   std::uint64_t seed = 1;
   int cases = 100;                       // per property
+  std::vector<ScenarioSpec> suite;       // empty: the embedded default suite
   std::vector<std::string> scenarios;    // empty: the whole suite
   std::vector<std::string> properties;   // empty: every property
   bool run_scenarios = true;

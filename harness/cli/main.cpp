@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "harness/backends.h"
+#include "harness/config.h"
 #include "harness/cli/gate.h"
 #include "harness/dump.h"
 #include "harness/suite.h"
@@ -34,13 +35,15 @@ struct CheckArgs {
   int cases = 100;
   std::vector<std::string> scenarios, properties;
   std::string error_model = "deterministic";
-  std::string report_dir, junit_file, dump_dir;
+  std::string report_dir, junit_file, dump_dir, config_file;
 };
 
 void add_check_options(CLI::App& cmd, CheckArgs& a) {
   cmd.add_option("--backend", a.backend, "Backend under test")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd.add_option("--seed", a.seed, "Run seed: the same seed reproduces the same run")->check(CLI::PositiveNumber);
   cmd.add_option("--cases", a.cases, "Successful cases per property")->check(CLI::Range(1, 1000000));
+  cmd.add_option("--config", a.config_file, "Scenarios from this TOML file instead of the embedded suite")
+      ->check(CLI::ExistingFile);
   cmd.add_option("--scenario", a.scenarios, "Run only this named scenario (repeatable)");
   cmd.add_option("--property", a.properties, "Run only this property (repeatable)");
   cmd.add_option("--error-model", a.error_model, "Reduction bound: deterministic or probabilistic")
@@ -76,14 +79,16 @@ void print_summary(const CheckReport& r) {
 int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir) {
   if (!a.dump_dir.empty() && a.scenarios.size() != 1)
     throw std::invalid_argument("--dump needs exactly one --scenario (see `gradeq list scenarios`)");
-  std::unique_ptr<Backend> backend = make_backend(a.backend);
   GateOptions options;
+  if (!a.config_file.empty()) options.suite = load_scenarios(a.config_file);
+  std::unique_ptr<Backend> backend = make_backend(a.backend);
   options.seed = a.seed;
   options.cases = a.cases;
   options.scenarios = a.scenarios;
   options.properties = a.properties;
-  // Naming only scenarios (or only properties) runs only those.
-  options.run_scenarios = !(a.scenarios.empty() && !a.properties.empty());
+  // Naming only scenarios (or only properties) runs only those; a config
+  // file always runs its scenarios.
+  options.run_scenarios = !(a.scenarios.empty() && !a.properties.empty()) || !a.config_file.empty();
   options.run_properties = !(a.properties.empty() && !a.scenarios.empty());
   options.model.reduction =
       a.error_model == "probabilistic" ? ref::ReductionBound::probabilistic : ref::ReductionBound::deterministic;
@@ -106,7 +111,7 @@ int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir) 
     std::cout << "wrote " << a.junit_file << "\n";
   }
   if (!a.dump_dir.empty()) {
-    const std::vector<ScenarioSpec> suite = default_scenarios();
+    const std::vector<ScenarioSpec> suite = options.suite.empty() ? default_scenarios() : options.suite;
     ScenarioSpec spec = *find_scenario(suite, a.scenarios.front());
     spec.seed = mix_seed(a.seed, spec.seed);
     const Scenario scenario = materialize(spec);

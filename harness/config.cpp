@@ -1,0 +1,165 @@
+// config.cpp — TOML scenarios, strictly validated.
+#include "harness/config.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include <toml++/toml.h>
+
+namespace gradeq {
+namespace {
+
+[[noreturn]] void fail(const std::string& where, const std::string& what) { throw std::invalid_argument(where + ": " + what); }
+
+long positive_integer(const toml::node& n, const std::string& where, const std::string& key) {
+  const auto v = n.value<long long>();
+  if (!v || !n.is_integer()) fail(where, key + " must be an integer");
+  if (*v < 1) fail(where, key + " must be >= 1, got " + std::to_string(*v));
+  return static_cast<long>(*v);
+}
+
+std::string text(const toml::node& n, const std::string& where, const std::string& key) {
+  const auto v = n.value<std::string>();
+  if (!v) fail(where, key + " must be a string");
+  return *v;
+}
+
+template <class Enum>
+Enum choose(const std::string& value, const std::vector<std::pair<std::string, Enum>>& options, const std::string& where,
+            const std::string& key) {
+  std::string names;
+  for (const auto& [name, e] : options) {
+    if (name == value) return e;
+    names += (names.empty() ? "" : ", ") + name;
+  }
+  fail(where, key + " = \"" + value + "\" is not one of: " + names);
+}
+
+ref::LayerSpec layer(const std::string& s, const std::string& where) {
+  if (s.starts_with("linear:")) {
+    const std::string n = s.substr(7);
+    long features = 0;
+    std::size_t used = 0;
+    try {
+      features = std::stol(n, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != n.size() || used == 0) fail(where, "layer \"" + s + "\": expected linear:<output features>");
+    if (features < 1) fail(where, "layer \"" + s + "\": output features must be >= 1");
+    return {ref::LayerKind::linear, features};
+  }
+  const ref::LayerKind k = choose<ref::LayerKind>(
+      s, {{"relu", ref::LayerKind::relu}, {"gelu", ref::LayerKind::gelu}, {"layernorm", ref::LayerKind::layer_norm}},
+      where, "layer");
+  return {k, 0};
+}
+
+Split split_of(const toml::node& n, const std::string& where) {
+  const toml::array* windows = n.as_array();
+  if (!windows || windows->empty()) fail(where, "split must be a non-empty list of windows, e.g. [[4, 4], [3, 5]]");
+  Split split;
+  for (std::size_t w = 0; w < windows->size(); ++w) {
+    const toml::array* mbs = (*windows)[w].as_array();
+    const std::string at = where + ", split window " + std::to_string(w);
+    if (!mbs || mbs->empty()) fail(at, "each window must be a non-empty list of micro-batch sizes");
+    std::vector<long> sizes;
+    for (const toml::node& m : *mbs) sizes.push_back(positive_integer(m, at, "micro-batch size"));
+    split.push_back(sizes);
+  }
+  return split;
+}
+
+DType dtype_of(const std::string& s, const std::string& where, const std::string& key) {
+  return choose<DType>(s, {{"float32", DType::f32}, {"bfloat16", DType::bf16}, {"float16", DType::f16}}, where, key);
+}
+
+ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::size_t index) {
+  std::string where = where_base + ", scenario " + std::to_string(index);
+  static const std::set<std::string> known = {"name", "input_features", "positions", "layers", "loss", "data",
+                                              "split", "learning_rate", "seed", "normalization", "compute_dtype",
+                                              "accumulate_dtype"};
+  for (const auto& [key, value] : t)
+    if (!known.count(std::string(key.str()))) fail(where, "unknown key '" + std::string(key.str()) + "'");
+  for (const char* required : {"name", "input_features", "layers", "split"})
+    if (!t.contains(required)) fail(where, std::string("missing key '") + required + "'");
+
+  ScenarioSpec s;
+  s.name = text(*t.get("name"), where, "name");
+  where += " (" + s.name + ")";
+  s.model.input_features = positive_integer(*t.get("input_features"), where, "input_features");
+  if (const toml::node* n = t.get("positions")) s.model.positions = positive_integer(*n, where, "positions");
+  const toml::array* layers = t.get("layers")->as_array();
+  if (!layers || layers->empty()) fail(where, "layers must be a non-empty list like [\"linear:8\", \"relu\", \"linear:2\"]");
+  for (const toml::node& l : *layers) s.model.layers.push_back(layer(text(l, where, "layers"), where));
+  if (const toml::node* n = t.get("loss"))
+    s.model.loss = choose<ref::LossKind>(text(*n, where, "loss"),
+                                         {{"mse", ref::LossKind::mse}, {"cross_entropy", ref::LossKind::cross_entropy}},
+                                         where, "loss");
+  if (const toml::node* n = t.get("data"))
+    s.data = choose<DataKind>(text(*n, where, "data"),
+                              {{"normal", DataKind::normal},
+                               {"wide_range", DataKind::wide_range},
+                               {"padded_sequences", DataKind::padded_sequences},
+                               {"dyadic", DataKind::dyadic}},
+                              where, "data");
+  s.split = split_of(*t.get("split"), where);
+  if (const toml::node* n = t.get("learning_rate")) {
+    const auto v = n->value<double>();
+    if (!v) fail(where, "learning_rate must be a number");
+    s.procedure.optimizer.lr = *v;
+  }
+  if (const toml::node* n = t.get("seed")) s.seed = static_cast<std::uint64_t>(positive_integer(*n, where, "seed"));
+  if (const toml::node* n = t.get("normalization"))
+    s.procedure.normalization = choose<ref::Normalization>(
+        text(*n, where, "normalization"),
+        {{"global_count", ref::Normalization::global_count}, {"equal_split", ref::Normalization::equal_split}}, where,
+        "normalization");
+  if (const toml::node* n = t.get("compute_dtype")) s.precision.compute = dtype_of(text(*n, where, "compute_dtype"), where, "compute_dtype");
+  if (const toml::node* n = t.get("accumulate_dtype"))
+    s.precision.accumulate = dtype_of(text(*n, where, "accumulate_dtype"), where, "accumulate_dtype");
+  try {
+    validate(s);
+  } catch (const std::invalid_argument& e) {
+    fail(where, e.what());
+  }
+  return s;
+}
+
+}  // namespace
+
+std::vector<ScenarioSpec> parse_scenarios(const std::string& toml_text, const std::string& source_name) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, source_name);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << source_name << ":" << e.source().begin.line << ":" << e.source().begin.column << ": " << e.description();
+    throw std::invalid_argument(os.str());
+  }
+  for (const auto& [key, value] : root)
+    if (key.str() != "scenario") fail(source_name, "unknown top-level key '" + std::string(key.str()) + "' (expected [[scenario]])");
+  const toml::array* list = root.get_as<toml::array>("scenario");
+  if (!list || list->empty()) fail(source_name, "no [[scenario]] tables");
+  std::vector<ScenarioSpec> out;
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    const toml::table* t = (*list)[i].as_table();
+    if (!t) fail(source_name, "scenario " + std::to_string(i) + " is not a table");
+    out.push_back(scenario(*t, source_name, i));
+    if (!names.insert(out.back().name).second) fail(source_name, "two scenarios are named '" + out.back().name + "'");
+  }
+  return out;
+}
+
+std::vector<ScenarioSpec> load_scenarios(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("cannot read config file " + path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return parse_scenarios(buffer.str(), path);
+}
+
+}  // namespace gradeq

@@ -1,0 +1,31 @@
+// config.h — scenarios from a TOML file, for users who check their own
+// models and splits with `gradeq check --config FILE`. Every key is
+// validated; an unknown key, a wrong type or an impossible value raises
+// std::invalid_argument naming the file, the scenario and the key.
+//
+//   [[scenario]]
+//   name = "my_mlp"
+//   input_features = 16
+//   positions = 1                       # rows per sample (token sequences)
+//   layers = ["linear:32", "gelu", "layernorm", "linear:4"]
+//   loss = "mse"                        # or "cross_entropy"
+//   data = "normal"                     # wide_range, padded_sequences, dyadic
+//   split = [[3, 5, 2], [4, 4]]         # samples per micro-batch, per window
+//   learning_rate = 0.1
+//   seed = 5
+//   normalization = "global_count"      # or "equal_split"
+//   compute_dtype = "float32"           # bfloat16, float16
+//   accumulate_dtype = "float32"
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "harness/scenario.h"
+
+namespace gradeq {
+
+std::vector<ScenarioSpec> load_scenarios(const std::string& path);
+std::vector<ScenarioSpec> parse_scenarios(const std::string& toml_text, const std::string& source_name);
+
+}  // namespace gradeq
