@@ -19,6 +19,7 @@ double ulp_in(double x, DType t) {
 
 std::string TensorCheck::failure_reason() const {
   std::ostringstream os;
+  os << "window " << window << ": ";
   if (non_finite_actual > 0) {
     os << non_finite_actual << " non-finite value(s) (NaN/Inf) in the result";
   } else if (unbounded > 0) {

@@ -21,6 +21,7 @@ struct ErrorMetrics {
 
 struct TensorCheck {
   std::string name;
+  long window = 0;
   long rows = 0, cols = 0;
   DType dtype = DType::f32;
   ErrorMetrics metrics;

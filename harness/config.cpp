@@ -37,24 +37,32 @@ Enum choose(const std::string& value, const std::vector<std::pair<std::string, E
   fail(where, key + " = \"" + value + "\" is not one of: " + names);
 }
 
-ref::LayerSpec layer(const std::string& s, const std::string& where) {
-  if (s.starts_with("linear:")) {
-    const std::string n = s.substr(7);
-    long features = 0;
-    std::size_t used = 0;
-    try {
-      features = std::stol(n, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != n.size() || used == 0) fail(where, "layer \"" + s + "\": expected linear:<output features>");
-    if (features < 1) fail(where, "layer \"" + s + "\": output features must be >= 1");
-    return {ref::LayerKind::linear, features};
+// "name:<count>" -> count, for linear:<features> and groupnorm:<groups>.
+long layer_count(const std::string& s, std::size_t prefix, const std::string& where, const std::string& expected) {
+  const std::string n = s.substr(prefix);
+  long value = 0;
+  std::size_t used = 0;
+  try {
+    value = std::stol(n, &used);
+  } catch (const std::exception&) {
+    used = 0;
   }
-  const ref::LayerKind k = choose<ref::LayerKind>(
-      s, {{"relu", ref::LayerKind::relu}, {"gelu", ref::LayerKind::gelu}, {"layernorm", ref::LayerKind::layer_norm}},
-      where, "layer");
-  return {k, 0};
+  if (used != n.size() || used == 0) fail(where, "layer \"" + s + "\": expected " + expected);
+  if (value < 1) fail(where, "layer \"" + s + "\": " + expected + " must be >= 1");
+  return value;
+}
+
+ref::LayerSpec layer(const std::string& s, const std::string& where) {
+  if (s.starts_with("linear:")) return {ref::LayerKind::linear, layer_count(s, 7, where, "linear:<output features>"), 0};
+  if (s.starts_with("groupnorm:")) return {ref::LayerKind::group_norm, 0, layer_count(s, 10, where, "groupnorm:<groups>")};
+  const ref::LayerKind k = choose<ref::LayerKind>(s,
+                                                  {{"relu", ref::LayerKind::relu},
+                                                   {"gelu", ref::LayerKind::gelu},
+                                                   {"layernorm", ref::LayerKind::layer_norm},
+                                                   {"batchnorm", ref::LayerKind::batch_norm},
+                                                   {"rmsnorm", ref::LayerKind::rms_norm}},
+                                                  where, "layer");
+  return {k, 0, 0};
 }
 
 Split split_of(const toml::node& n, const std::string& where) {

@@ -95,22 +95,30 @@ int dump_scenario(const std::filesystem::path& dir, const Scenario& scenario, co
     add("initial/" + layout[p].name, "parameter", {m.rows(), m.cols()},
         std::span<const double>(m.data(), static_cast<std::size_t>(m.size())), "float64");
   }
-  auto add_reference = [&](const std::string& run, const ReferenceRun& r) {
-    for (const ReferenceTensor& t : r.tensors) {
-      add(run + "/" + t.name, "result", {t.rows, t.cols}, std::span<const double>(t.value), "float64");
-      add(run + "/" + t.name + ".kernel_bound", "bound", {t.rows, t.cols}, std::span<const double>(t.kernel_bound), "float64");
-    }
+  // Tensors of every window: "R_acc/w0/grad/layer0.weight".
+  auto add_reference = [&](const std::string& run, const ReferenceRun& r, bool bounds) {
+    for (std::size_t w = 0; w < r.windows.size(); ++w)
+      for (const ReferenceTensor& t : r.windows[w].tensors) {
+        const std::string name = run + "/w" + std::to_string(w) + "/" + t.name;
+        add(name, "result", {t.rows, t.cols}, std::span<const double>(t.value), "float64");
+        if (bounds) add(name + ".kernel_bound", "bound", {t.rows, t.cols}, std::span<const double>(t.kernel_bound), "float64");
+      }
   };
   auto add_kernel = [&](const std::string& run, const KernelRun& r) {
-    for (const RunTensor& t : r.tensors) {
-      std::vector<float> v(t.values.begin(), t.values.end());
-      add(run + "/" + t.name, "result", {t.rows, t.cols}, std::span<const float>(v), "float32");
-    }
+    for (std::size_t w = 0; w < r.windows.size(); ++w)
+      for (const RunTensor& t : r.windows[w].tensors) {
+        std::vector<float> v(t.values.begin(), t.values.end());
+        add(run + "/w" + std::to_string(w) + "/" + t.name, "result", {t.rows, t.cols}, std::span<const float>(v), "float32");
+      }
   };
-  add_reference("R_full", runs.r_full);
-  add_reference("R_acc", runs.r_acc);
+  add_reference("R_full", runs.r_full, false);
+  add_reference("R_acc", runs.r_acc, false);
   add_kernel("K_full", runs.k_full);
   add_kernel("K_acc", runs.k_acc);
+  // What the kernel verdicts compared against: the reference window by
+  // window from the kernel's own state, with its per-element kernel bounds.
+  add_reference("R_acc_at_K_acc", runs.r_acc_at_k_acc, true);
+  add_reference("R_full_at_K_acc", runs.r_full_at_k_acc, true);
   manifest["files"] = files;
   std::ofstream out(dir / "manifest.json");
   out << manifest.dump(2) << "\n";

@@ -18,8 +18,10 @@ void write_npy(const std::filesystem::path& path, const std::vector<long>& shape
 void write_npy(const std::filesystem::path& path, const std::vector<long>& shape, std::span<const float> values);
 void write_npy(const std::filesystem::path& path, const std::vector<long>& shape, std::span<const std::int32_t> values);
 
-// Inputs, targets (or classes and the mask), initial parameters, and the
-// gradients and final parameters of R_full, R_acc, K_full and K_acc.
+// Inputs, targets (or classes and the mask), initial parameters, and every
+// window's gradients, parameters and running statistics of R_full, R_acc,
+// K_full and K_acc, plus the reference started from K_acc's state with its
+// per-element kernel bounds (what accumulation equivalence compared).
 // Returns the number of files written (manifest included).
 int dump_scenario(const std::filesystem::path& dir, const Scenario& scenario, const Runs& runs);
 

@@ -7,20 +7,10 @@
 namespace gradeq {
 namespace {
 
+// Gradients live in the accumulation buffer; weights and BatchNorm running
+// statistics are float32.
 DType dtype_of(const std::string& name, const PrecisionSpec& p) {
   return name.starts_with("grad/") ? p.accumulate : DType::f32;
-}
-
-const RunTensor& find(const KernelRun& run, const std::string& name) {
-  for (const RunTensor& t : run.tensors)
-    if (t.name == name) return t;
-  throw std::logic_error("kernel run has no tensor " + name);
-}
-
-const ReferenceTensor& find(const ReferenceRun& run, const std::string& name) {
-  for (const ReferenceTensor& t : run.tensors)
-    if (t.name == name) return t;
-  throw std::logic_error("reference run has no tensor " + name);
 }
 
 // A failure on bounded elements decides the verdict; elements the error
@@ -89,15 +79,27 @@ std::string ScenarioResult::first_failure() const {
   return "";
 }
 
-bool expects_equivalence(const ScenarioSpec&) { return true; }
+bool expects_equivalence(const ScenarioSpec& spec) {
+  if (!ref::has_batch_norm(spec.model) || spec.procedure.batch_norm == ref::BatchNormMode::exact_window) return true;
+  // Per-micro-batch BatchNorm equals the full batch only when each window is one micro-batch.
+  for (const auto& window : spec.split)
+    if (window.size() > 1) return false;
+  return true;
+}
 
 Runs execute(const Scenario& scenario, Backend& backend, const LoopFactory& loop, const ErrorModel& model) {
+  if (scenario.spec.procedure.batch_norm == ref::BatchNormMode::exact_window)
+    throw std::invalid_argument("scenario " + scenario.spec.name +
+                                ": exact-window batchnorm is a reference-only mode (see `gradeq sweep norms`)");
   const Split full = full_batch_split(scenario.spec.split);
   Runs runs;
   runs.r_full = run_reference(scenario, full, model);
   runs.r_acc = run_reference(scenario, scenario.spec.split, model);
   runs.k_full = loop(backend)->run(scenario, full);
   runs.k_acc = loop(backend)->run(scenario, scenario.spec.split);
+  runs.r_full_at_k_full = run_reference_from(scenario, full, runs.k_full, model);
+  runs.r_acc_at_k_acc = run_reference_from(scenario, scenario.spec.split, runs.k_acc, model);
+  runs.r_full_at_k_acc = run_reference_from(scenario, full, runs.k_acc, model);
   return runs;
 }
 
@@ -110,26 +112,38 @@ ScenarioResult judge(const Scenario& scenario, const Runs& runs) {
   result.kernel.kind = VerdictKind::kernel_correctness;
   result.accumulation.kind = VerdictKind::accumulation_equivalence;
   bool any_nonzero_gradient = false;
-  for (const ReferenceTensor& full : runs.r_full.tensors) {
-    const ReferenceTensor& acc = find(runs.r_acc, full.name);
-    const DType dtype = dtype_of(full.name, spec.precision);
-    const std::size_t n = full.value.size();
-    std::vector<double> math(n), kernel_full(n), kernel_acc(n), accumulation(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      math[i] = math_bound(acc.reference_bound[i], full.reference_bound[i]);
-      kernel_full[i] = kernel_bound(full.kernel_bound[i], full.reference_bound[i]);
-      kernel_acc[i] = kernel_bound(acc.kernel_bound[i], acc.reference_bound[i]);
-      accumulation[i] = accumulation_bound(acc.kernel_bound[i], acc.reference_bound[i], full.reference_bound[i]);
-      if (full.name.starts_with("grad/") && full.value[i] != 0.0) any_nonzero_gradient = true;
+  auto values_of = [](const RunTensor& t) { return t.values; };
+  for (std::size_t w = 0; w < runs.r_full.windows.size(); ++w) {
+    for (const ReferenceTensor& full : runs.r_full.windows[w].tensors) {
+      const std::string& name = full.name;
+      const ReferenceTensor& acc = find_tensor(runs.r_acc.windows[w], name);
+      const ReferenceTensor& full_k = find_tensor(runs.r_full_at_k_full.windows[w], name);
+      const ReferenceTensor& acc_k = find_tensor(runs.r_acc_at_k_acc.windows[w], name);
+      const ReferenceTensor& full_ka = find_tensor(runs.r_full_at_k_acc.windows[w], name);
+      const DType dtype = dtype_of(name, spec.precision);
+      const std::size_t n = full.value.size();
+      std::vector<double> math(n), kernel_full(n), kernel_acc(n), accumulation(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        math[i] = math_bound(acc.reference_bound[i], full.reference_bound[i]);
+        kernel_full[i] = kernel_bound(full_k.kernel_bound[i], full_k.reference_bound[i]);
+        kernel_acc[i] = kernel_bound(acc_k.kernel_bound[i], acc_k.reference_bound[i]);
+        accumulation[i] = accumulation_bound(acc_k.kernel_bound[i], acc_k.reference_bound[i], full_ka.reference_bound[i]);
+        if (name.starts_with("grad/") && full.value[i] != 0.0) any_nonzero_gradient = true;
+      }
+      auto add = [&](Verdict& v, const std::string& label, DType d, const std::vector<double>& expected,
+                     const std::vector<double>& actual, const std::vector<double>& bound) {
+        TensorCheck c = compare_tensor(label, full.rows, full.cols, d, expected, actual, bound);
+        c.window = static_cast<long>(w);
+        v.checks.push_back(std::move(c));
+      };
+      add(result.math, name, DType::f32, full.value, acc.value, math);
+      add(result.kernel, "full: " + name, dtype, full_k.value, values_of(find_tensor(runs.k_full.windows[w], name)),
+          kernel_full);
+      add(result.kernel, "acc: " + name, dtype, acc_k.value, values_of(find_tensor(runs.k_acc.windows[w], name)),
+          kernel_acc);
+      add(result.accumulation, name, dtype, full_ka.value, values_of(find_tensor(runs.k_acc.windows[w], name)),
+          accumulation);
     }
-    result.math.checks.push_back(
-        compare_tensor(full.name, full.rows, full.cols, DType::f32, full.value, acc.value, math));
-    result.kernel.checks.push_back(compare_tensor("full: " + full.name, full.rows, full.cols, dtype, full.value,
-                                                  find(runs.k_full, full.name).values, kernel_full));
-    result.kernel.checks.push_back(compare_tensor("acc: " + full.name, full.rows, full.cols, dtype, acc.value,
-                                                  find(runs.k_acc, full.name).values, kernel_acc));
-    result.accumulation.checks.push_back(compare_tensor(full.name, full.rows, full.cols, dtype, full.value,
-                                                        find(runs.k_acc, full.name).values, accumulation));
   }
   conclude(result.math, !equivalent);
   conclude(result.kernel, false);

@@ -7,6 +7,12 @@
 //                                               named expected divergence
 //   kernel correctness        K_full vs R_full and K_acc vs R_acc
 //   accumulation equivalence  K_acc vs R_full   the headline check
+//
+// Math equivalence compares whole trajectories from the initial state. The
+// kernel verdicts compare every window, with the reference started from the
+// exact state the kernel run reached before that window: each step is
+// checked where the kernel stands, so error bounds do not compound over
+// windows, and a bug in any window shows in that window.
 #pragma once
 
 #include <functional>
@@ -43,8 +49,11 @@ struct Verdict {
 };
 
 struct Runs {
-  ReferenceRun r_full, r_acc;
+  ReferenceRun r_full, r_acc;          // whole trajectories from the initial state
   KernelRun k_full, k_acc;
+  // Window by window from the kernel runs' states: R_full from K_full's,
+  // R_acc and R_full from K_acc's.
+  ReferenceRun r_full_at_k_full, r_acc_at_k_acc, r_full_at_k_acc;
 };
 
 // Builds the training loop a run uses; the correct loop by default, a
@@ -66,8 +75,10 @@ struct ScenarioResult {
   std::string first_failure() const;  // empty when passed
 };
 
-// Whether the model treats samples independently, so that R_acc = R_full in
-// exact arithmetic.
+// Whether R_acc = R_full in exact arithmetic: the model treats samples
+// independently, or its BatchNorm sees whole windows (one micro-batch per
+// window). Otherwise divergence is the named expectation "expected
+// divergence" (DESIGN.md, shared/BUGS.md: yolov5 1630, PyTorch 46516).
 bool expects_equivalence(const ScenarioSpec& spec);
 
 Runs execute(const Scenario& scenario, Backend& backend, const LoopFactory& loop, const ErrorModel& model);

@@ -1,27 +1,32 @@
-// reference_run.h — runs the float64 reference procedure over a scenario
-// and returns, for every tensor a kernel run records, its value and the two
-// bounds the reference propagated with it (kernel error, float64 error).
+// reference_run.h — runs the float64 reference procedure (T = Bounded) and
+// returns, for every tensor a kernel run records, its value and the two
+// bounds propagated with it (kernel error, float64 error).
+//
+// Two ways: the whole trajectory from the scenario's initial state (for
+// math equivalence, a property of the procedure alone), and one window
+// starting from the exact state a kernel run reached before it (for kernel
+// correctness and accumulation equivalence: each step is checked where the
+// kernel stands, so bounds do not compound over windows).
 #pragma once
 
-#include <string>
+#include <cstddef>
 #include <vector>
 
+#include "harness/runs.h"
 #include "harness/scenario.h"
 #include "harness/tolerance.h"
 
 namespace gradeq {
 
-struct ReferenceTensor {
-  std::string name;  // same names as RunTensor
-  long rows = 0, cols = 0;
-  std::vector<double> value, kernel_bound, reference_bound;
-};
-
-struct ReferenceRun {
-  std::vector<ReferenceTensor> tensors;
-  std::vector<double> window_losses;
-};
-
 ReferenceRun run_reference(const Scenario& scenario, const Split& split, const ErrorModel& model);
+
+// Window w with the given micro-batches, from the state `before` left
+// (nullptr: the scenario's initial state, which must be the case for w = 0).
+ReferenceWindow run_reference_window(const Scenario& scenario, std::size_t w, const std::vector<long>& micro_batches,
+                                     const KernelWindow* before, const ErrorModel& model);
+
+// Window by window, each from the state the kernel run reached before it.
+ReferenceRun run_reference_from(const Scenario& scenario, const Split& split, const KernelRun& kernel,
+                                const ErrorModel& model);
 
 }  // namespace gradeq

@@ -156,6 +156,14 @@ void validate(const ScenarioSpec& s) {
         throw std::invalid_argument("split: window " + std::to_string(w) + " has a micro-batch of " +
                                     std::to_string(n) + " samples; each needs >= 1");
   }
+  if (ref::has_batch_norm(s.model))
+    for (const auto& window : s.split)
+      for (long n : window)
+        if (n * s.model.positions < 2)
+          throw std::invalid_argument("split: batchnorm needs >= 2 values per channel in every micro-batch, but a "
+                                      "micro-batch of " + std::to_string(n) + " sample(s) x " +
+                                      std::to_string(s.model.positions) + " position(s) has " +
+                                      std::to_string(n * s.model.positions));
   if (s.data == DataKind::padded_sequences && s.model.loss != ref::LossKind::cross_entropy)
     throw std::invalid_argument("data: padded_sequences needs the cross_entropy loss (padding is an ignore mask)");
   if (!(s.procedure.optimizer.lr > 0.0) || !std::isfinite(s.procedure.optimizer.lr))

@@ -20,18 +20,32 @@ std::vector<float> to_float(const ref::Matrix<double>& m) {
   return v;
 }
 
-NormConfig norm_config(const ref::ModelSpec& spec, ref::LayerKind kind) {
+NormConfig norm_config(const ref::ModelSpec& spec, const ref::LayerSpec& layer) {
   NormConfig c;
   c.positions = spec.positions;
   c.eps = static_cast<float>(spec.norm_eps);
-  switch (kind) {
+  c.momentum = static_cast<float>(spec.bn_momentum);
+  c.groups = layer.groups;
+  switch (layer.kind) {
     case ref::LayerKind::layer_norm: c.kind = NormKind::layer; break;
+    case ref::LayerKind::rms_norm: c.kind = NormKind::rms; break;
+    case ref::LayerKind::batch_norm: c.kind = NormKind::batch; break;
+    case ref::LayerKind::group_norm: c.kind = NormKind::group; break;
     default: throw std::logic_error("norm_config: not a normalizer");
   }
   return c;
 }
 
-bool is_norm(ref::LayerKind k) { return k == ref::LayerKind::layer_norm; }
+// Statistics groups a normalizer keeps for `rows` rows of `cols` channels.
+long statistics_groups(const NormConfig& c, long rows, long cols) {
+  switch (c.kind) {
+    case NormKind::layer:
+    case NormKind::rms: return rows;
+    case NormKind::batch: return cols;
+    case NormKind::group: return rows / c.positions * c.groups;
+  }
+  return 0;
+}
 
 }  // namespace
 
@@ -56,6 +70,8 @@ void TrainingLoop::allocate(const Scenario& s, long max_rows) {
   activation_grads_.assign(widths.size(), {});
   saved_mean_.assign(m.layers.size(), {});
   saved_rstd_.assign(m.layers.size(), {});
+  const std::vector<ref::ParameterInfo> buffer_layout = ref::buffer_layout(m);
+  buffers_.assign(buffer_layout.size(), {});
   auto own = [&](Tensor& t, long rows, long cols, DType d) {
     t = backend_.allocate(rows, cols, d);
     owned_.push_back(&t);
@@ -75,9 +91,14 @@ void TrainingLoop::allocate(const Scenario& s, long max_rows) {
     own(activation_grads_[l], max_rows, widths[l], compute);
   }
   for (std::size_t l = 0; l < m.layers.size(); ++l) {
-    if (!is_norm(m.layers[l].kind)) continue;
-    own(saved_mean_[l], 1, max_rows, DType::f32);
-    own(saved_rstd_[l], 1, max_rows, DType::f32);
+    if (!ref::is_norm(m.layers[l].kind)) continue;
+    const long groups = statistics_groups(norm_config(m, m.layers[l]), max_rows, widths[l]);
+    own(saved_mean_[l], 1, groups, DType::f32);
+    own(saved_rstd_[l], 1, groups, DType::f32);
+  }
+  for (std::size_t b = 0; b < buffer_layout.size(); ++b) {
+    own(buffers_[b], buffer_layout[b].rows, buffer_layout[b].cols, DType::f32);
+    backend_.fill(buffers_[b], static_cast<float>(ref::initial_buffer_value(buffer_layout[b])));
   }
   own(targets_, max_rows, m.loss == ref::LossKind::mse ? widths.back() : 1, DType::f32);
 }
@@ -95,20 +116,28 @@ KernelRun TrainingLoop::run(const Scenario& scenario, const Split& split) {
   for (std::size_t w = 0; w < split.size(); ++w) {
     window_loss_ = 0.0;
     run_window(scenario.windows[w], split[w]);
-    out.window_losses.push_back(window_loss_);
+    out.windows.push_back(record_window());
   }
-  const std::vector<ref::ParameterInfo> layout = ref::parameter_layout(scenario.spec.model);
-  auto record = [&](const std::string& prefix, const std::vector<Tensor>& ts) {
+  release_all();
+  scenario_ = nullptr;
+  return out;
+}
+
+KernelWindow TrainingLoop::record_window() {
+  KernelWindow out;
+  out.loss = window_loss_;
+  auto record = [&](const std::string& prefix, const std::vector<Tensor>& ts,
+                    const std::vector<ref::ParameterInfo>& names) {
     for (std::size_t p = 0; p < ts.size(); ++p) {
       std::vector<float> host(static_cast<std::size_t>(ts[p].size()));
       backend_.download(ts[p], host);
-      out.tensors.push_back({prefix + layout[p].name, ts[p].rows, ts[p].cols, {host.begin(), host.end()}});
+      out.tensors.push_back({prefix + names[p].name, ts[p].rows, ts[p].cols, {host.begin(), host.end()}});
     }
   };
-  record("grad/", grads_);
-  record("param/", params_);
-  release_all();
-  scenario_ = nullptr;
+  const ref::ModelSpec& m = scenario_->spec.model;
+  record("grad/", grads_, ref::parameter_layout(m));
+  record("param/", params_, ref::parameter_layout(m));
+  record("stats/", buffers_, ref::buffer_layout(m));
   return out;
 }
 
@@ -156,12 +185,12 @@ double TrainingLoop::micro_batch(const ref::Batch& micro_batch, float scale) {
 
 double TrainingLoop::forward_loss_backward(const ref::Batch& mb, float scale) {
   const ref::ModelSpec& m = scenario_->spec.model;
-  const std::vector<long> first = ref::first_parameter(m);
+  const std::vector<long> first = ref::first_parameter(m), first_buffer = ref::first_buffer(m);
   const long rows = mb.rows();
   auto act = [&](std::size_t l) { return first_rows(activations_[l], rows); };
   auto dact = [&](std::size_t l) { return first_rows(activation_grads_[l], rows); };
   auto norm_stats = [&](std::size_t l, const NormConfig& c) {
-    const long groups = c.kind == NormKind::layer ? rows : 0;
+    const long groups = statistics_groups(c, rows, activations_[l].cols);
     return std::make_pair(Tensor{saved_mean_[l].data, 1, groups, DType::f32},
                           Tensor{saved_rstd_[l].data, 1, groups, DType::f32});
   };
@@ -175,10 +204,16 @@ double TrainingLoop::forward_loss_backward(const ref::Batch& mb, float scale) {
       case ref::LayerKind::linear: backend_.linear_forward(x, p[0], p[1], y); break;
       case ref::LayerKind::relu: backend_.activation_forward(Activation::relu, x, y); break;
       case ref::LayerKind::gelu: backend_.activation_forward(Activation::gelu_tanh, x, y); break;
-      case ref::LayerKind::layer_norm: {
-        const NormConfig c = norm_config(m, m.layers[l].kind);
+      case ref::LayerKind::layer_norm:
+      case ref::LayerKind::batch_norm:
+      case ref::LayerKind::group_norm:
+      case ref::LayerKind::rms_norm: {
+        const NormConfig c = norm_config(m, m.layers[l]);
         auto [mean, rstd] = norm_stats(l, c);
-        backend_.norm_forward(c, x, p[0], p[1], y, mean, rstd, Tensor{}, Tensor{});
+        const bool batch = c.kind == NormKind::batch;
+        backend_.norm_forward(c, x, p[0], c.kind == NormKind::rms ? Tensor{} : p[1], y, mean, rstd,
+                              batch ? buffers_[first_buffer[l]] : Tensor{},
+                              batch ? buffers_[first_buffer[l] + 1] : Tensor{});
         break;
       }
     }
@@ -208,10 +243,13 @@ double TrainingLoop::forward_loss_backward(const ref::Batch& mb, float scale) {
         break;
       case ref::LayerKind::relu: backend_.activation_backward(Activation::relu, x, dy, dx); break;
       case ref::LayerKind::gelu: backend_.activation_backward(Activation::gelu_tanh, x, dy, dx); break;
-      case ref::LayerKind::layer_norm: {
-        const NormConfig c = norm_config(m, m.layers[l].kind);
+      case ref::LayerKind::layer_norm:
+      case ref::LayerKind::batch_norm:
+      case ref::LayerKind::group_norm:
+      case ref::LayerKind::rms_norm: {
+        const NormConfig c = norm_config(m, m.layers[l]);
         auto [mean, rstd] = norm_stats(l, c);
-        backend_.norm_backward(c, x, p[0], dy, mean, rstd, dx, g[0], g[1]);
+        backend_.norm_backward(c, x, p[0], dy, mean, rstd, dx, g[0], c.kind == NormKind::rms ? Tensor{} : g[1]);
         break;
       }
     }

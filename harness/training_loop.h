@@ -15,22 +15,11 @@
 #include <utility>
 #include <vector>
 
+#include "harness/runs.h"
 #include "harness/scenario.h"
 #include "kernels/backend.h"
 
 namespace gradeq {
-
-// A tensor a run produced, copied to the host.
-struct RunTensor {
-  std::string name;  // "grad/layer0.weight", "param/layer0.weight"
-  long rows = 0, cols = 0;
-  std::vector<double> values;
-};
-
-struct KernelRun {
-  std::vector<RunTensor> tensors;
-  std::vector<double> window_losses;  // normalized loss of each window
-};
 
 class TrainingLoop {
  public:
@@ -40,7 +29,8 @@ class TrainingLoop {
   TrainingLoop& operator=(const TrainingLoop&) = delete;
 
   // Runs every window of `split` on the scenario's data, from its initial
-  // parameters. Records the last window's gradient and the final parameters.
+  // parameters. Records after each window its gradient, the parameters and
+  // the BatchNorm running statistics (runs.h).
   KernelRun run(const Scenario& scenario, const Split& split);
 
  protected:
@@ -68,12 +58,14 @@ class TrainingLoop {
   std::vector<Tensor> activations_;     // input of each layer, then the output; max rows
   std::vector<Tensor> activation_grads_;
   std::vector<Tensor> saved_mean_, saved_rstd_;  // per layer (empty unless a normalizer)
+  std::vector<Tensor> buffers_;                   // BatchNorm running statistics, float32
   Tensor targets_;
   double window_loss_ = 0.0;
   long step_ = 0;
 
  private:
   void allocate(const Scenario& s, long max_rows);
+  KernelWindow record_window();
   void release_all();
   std::vector<Tensor*> owned_;
 };

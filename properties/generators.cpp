@@ -16,6 +16,14 @@ rc::Gen<long> power_of_two(long max_exponent) {
 
 rc::Gen<std::uint64_t> seed() { return rc::gen::inRange<std::uint64_t>(1, 1u << 30); }
 
+// A number of GroupNorm groups that divides `channels` (1 and `channels` included).
+rc::Gen<long> group_count(long channels) {
+  std::vector<long> divisors;
+  for (long g = 1; g <= channels; ++g)
+    if (channels % g == 0) divisors.push_back(g);
+  return rc::gen::elementOf(divisors);
+}
+
 }  // namespace
 
 rc::Gen<long> awkward_width() { return rc::gen::element(1L, 2L, 3L, 4L, 5L, 7L, 8L, 9L, 11L, 13L, 15L, 16L, 17L, 31L, 32L, 33L); }
@@ -80,10 +88,12 @@ rc::Gen<ScenarioSpec> independent_scenario() {
     s.model.input_features = *awkward_width();
     const long hidden_blocks = *rc::gen::inRange<long>(0, 3);
     for (long b = 0; b < hidden_blocks; ++b) {
-      s.model.layers.push_back({LayerKind::linear, *awkward_width()});
-      const LayerKind act = *rc::gen::element(LayerKind::relu, LayerKind::gelu, LayerKind::layer_norm);
-      s.model.layers.push_back({act, 0});
-      if (act == LayerKind::layer_norm && *rc::gen::arbitrary<bool>()) s.model.layers.push_back({LayerKind::gelu, 0});
+      const long width = *awkward_width();
+      s.model.layers.push_back({LayerKind::linear, width});
+      const LayerKind kind = *rc::gen::element(LayerKind::relu, LayerKind::gelu, LayerKind::layer_norm,
+                                               LayerKind::group_norm, LayerKind::rms_norm);
+      s.model.layers.push_back({kind, 0, kind == LayerKind::group_norm ? *group_count(width) : 0});
+      if (ref::is_norm(kind) && *rc::gen::arbitrary<bool>()) s.model.layers.push_back({LayerKind::gelu, 0});
     }
     const long outputs = s.model.loss == ref::LossKind::cross_entropy ? *rc::gen::inRange<long>(2, 12)
                                                                       : *rc::gen::inRange<long>(1, 6);
@@ -91,6 +101,36 @@ rc::Gen<ScenarioSpec> independent_scenario() {
     s.data = sequences ? DataKind::padded_sequences
                        : *rc::gen::element(DataKind::normal, DataKind::wide_range, DataKind::dyadic);
     s.split = *any_split();
+    s.seed = *seed();
+    return s;
+  });
+}
+
+rc::Gen<ScenarioSpec> batchnorm_scenario() {
+  return rc::gen::exec([] {
+    ScenarioSpec s;
+    s.name = "generated batchnorm";
+    s.model.loss = *rc::gen::element(ref::LossKind::mse, ref::LossKind::cross_entropy);
+    s.model.positions = *rc::gen::inRange<long>(1, 5);
+    s.model.input_features = *awkward_width();
+    const long width = *awkward_width();
+    s.model.layers = {{LayerKind::linear, width}, {LayerKind::batch_norm, 0}};
+    s.model.layers.push_back({*rc::gen::element(LayerKind::relu, LayerKind::gelu), 0});
+    if (*rc::gen::arbitrary<bool>()) {
+      s.model.layers.push_back({LayerKind::linear, *awkward_width()});
+      s.model.layers.push_back({LayerKind::batch_norm, 0});
+    }
+    s.model.layers.push_back({LayerKind::linear, s.model.loss == ref::LossKind::cross_entropy
+                                                     ? *rc::gen::inRange<long>(2, 8)
+                                                     : *rc::gen::inRange<long>(1, 5)});
+    s.data = DataKind::normal;
+    s.split = *any_split();
+    // BatchNorm needs two values per channel in every micro-batch; with
+    // fewer than four its statistics are so uncertain in float32 that most
+    // cases are ill-conditioned and discarded (NUMERICS §7).
+    for (auto& window : s.split)
+      for (long& n : window)
+        while (n * s.model.positions < 4) ++n;
     s.seed = *seed();
     return s;
   });

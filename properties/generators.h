@@ -23,8 +23,12 @@ rc::Gen<Split> split_of(SplitShape shape);
 rc::Gen<Split> any_split();
 
 // A model whose layers treat samples independently (linear, relu, gelu,
-// layernorm), with an MSE or cross-entropy head, and data to match.
+// layernorm, groupnorm, rmsnorm), with an MSE or cross-entropy head, and
+// data to match.
 rc::Gen<ScenarioSpec> independent_scenario();
+// Linear, one or two BatchNorms, an activation; BatchNorm gets >= 2 values
+// per channel in every micro-batch.
+rc::Gen<ScenarioSpec> batchnorm_scenario();
 // Linear/ReLU/MSE on dyadic data with power-of-two sizes and splits:
 // float32 arithmetic on it is exact.
 rc::Gen<ScenarioSpec> exact_scenario();

@@ -66,11 +66,11 @@ Evidence exactness(const ScenarioSpec& s, PropertyContext& ctx) {
     e.holds = false;
     e.message = os.str();
   };
-  for (std::size_t t = 0; t < runs.r_full.tensors.size(); ++t) {
-    const ReferenceTensor& rf = runs.r_full.tensors[t];
-    const ReferenceTensor& ra = runs.r_acc.tensors[t];
-    const RunTensor& kf = runs.k_full.tensors[t];
-    const RunTensor& ka = runs.k_acc.tensors[t];
+  for (std::size_t w = 0; w < runs.r_full.windows.size(); ++w)
+  for (const ReferenceTensor& rf : runs.r_full.windows[w].tensors) {
+    const ReferenceTensor& ra = find_tensor(runs.r_acc.windows[w], rf.name);
+    const RunTensor& kf = find_tensor(runs.k_full.windows[w], rf.name);
+    const RunTensor& ka = find_tensor(runs.k_acc.windows[w], rf.name);
     for (std::size_t i = 0; i < rf.value.size(); ++i) {
       if (rf.value[i] != 0.0 && rf.name.starts_with("grad/")) vacuous = false;
       // A case whose exact values leave float32 is not an exactness case:
@@ -92,6 +92,65 @@ Evidence exactness(const ScenarioSpec& s, PropertyContext& ctx) {
   return e;
 }
 
+Evidence batchnorm_divergence(const ScenarioSpec& s, PropertyContext& ctx) {
+  const Scenario scenario = materialize(s);
+  const Split full = full_batch_split(s.split);
+  const ReferenceRun r_full = run_reference(scenario, full, ctx.model), r_acc = run_reference(scenario, s.split, ctx.model);
+  Evidence e;
+  for (std::size_t w = 0; w < r_full.windows.size(); ++w)
+  for (const ReferenceTensor& f : r_full.windows[w].tensors) {
+    const ReferenceTensor& a = find_tensor(r_acc.windows[w], f.name);
+    std::vector<double> bound(f.value.size());
+    for (std::size_t i = 0; i < bound.size(); ++i) bound[i] = math_bound(a.reference_bound[i], f.reference_bound[i]);
+    const TensorCheck c = compare_tensor(f.name, f.rows, f.cols, DType::f32, f.value, a.value, bound);
+    e.worst_ratio = std::max(e.worst_ratio, c.worst_ratio);
+    if (c.unbounded > 0) {
+      e.discard = true;
+      e.discard_reason = "ill-conditioned";
+    }
+  }
+  const bool diverged = e.worst_ratio > 1.0;
+  // Only equivalent cases have an error/bound of correct code to report;
+  // for divergent ones the ratio measures the divergence.
+  const double ratio = e.worst_ratio;
+  if (!expects_equivalence(s)) e.worst_ratio = 0.0;
+  if (expects_equivalence(s) && diverged) {
+    e.holds = false;
+    e.message = "batchnorm with one micro-batch per window departs from the full batch: error/bound " +
+                std::to_string(ratio);
+  } else if (!expects_equivalence(s) && !diverged && !e.discard) {
+    e.holds = false;
+    e.message = "batchnorm with micro-batches smaller than the window matched the full batch within float64 "
+                "rounding (error/bound " + std::to_string(ratio) + "): the divergence went undetected";
+  }
+  return e;
+}
+
+Evidence exact_batchnorm_equivalence(const ScenarioSpec& s, PropertyContext& ctx) {
+  ScenarioSpec exact = s;
+  exact.procedure.batch_norm = ref::BatchNormMode::exact_window;
+  const Scenario scenario = materialize(exact);
+  const ReferenceRun r_full = run_reference(scenario, full_batch_split(s.split), ctx.model);
+  const ReferenceRun r_acc = run_reference(scenario, s.split, ctx.model);
+  Evidence e;
+  for (std::size_t w = 0; w < r_full.windows.size(); ++w)
+  for (const ReferenceTensor& f : r_full.windows[w].tensors) {
+    const ReferenceTensor& a = find_tensor(r_acc.windows[w], f.name);
+    std::vector<double> bound(f.value.size());
+    for (std::size_t i = 0; i < bound.size(); ++i) bound[i] = math_bound(a.reference_bound[i], f.reference_bound[i]);
+    const TensorCheck c = compare_tensor(f.name, f.rows, f.cols, DType::f32, f.value, a.value, bound);
+    e.worst_ratio = std::max(e.worst_ratio, c.worst_ratio);
+    if (c.unbounded > 0) {
+      e.discard = true;
+      e.discard_reason = "ill-conditioned";
+    } else if (!c.passed() && e.holds) {
+      e.holds = false;
+      e.message = "exact batchnorm: " + c.name + ": " + c.failure_reason();
+    }
+  }
+  return e;
+}
+
 const std::vector<Property>& default_properties() {
   static const std::vector<Property> properties = {
       {"ReferenceSelfConsistency",
@@ -103,6 +162,12 @@ const std::vector<Property>& default_properties() {
       {"AccumulationEquivalence", "accumulated backend run vs full-batch reference, within the error-model bound",
        independent_scenario(), accumulation_equivalence},
       {"Exactness", "dyadic data, power-of-two splits: every run bitwise equal", exact_scenario(), exactness},
+      {"BatchNormKernelCorrectness", "batchnorm models: backend vs its own (accumulated) reference, running "
+       "statistics included", batchnorm_scenario(), kernel_correctness},
+      {"BatchNormDivergence", "batchnorm: R_acc departs from R_full beyond float64 rounding iff a window has "
+       "several micro-batches", batchnorm_scenario(), batchnorm_divergence},
+      {"ExactBatchNormEquivalence", "exact batchnorm under accumulation (window statistics): R_acc equals R_full "
+       "within float64 rounding", batchnorm_scenario(), exact_batchnorm_equivalence},
   };
   return properties;
 }

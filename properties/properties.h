@@ -50,6 +50,12 @@ Evidence kernel_correctness(const ScenarioSpec& s, PropertyContext& ctx);
 Evidence accumulation_equivalence(const ScenarioSpec& s, PropertyContext& ctx);
 // Dyadic data, exact arithmetic: K_acc, K_full, R_acc, R_full bitwise equal.
 Evidence exactness(const ScenarioSpec& s, PropertyContext& ctx);
+// BatchNorm: R_acc departs from R_full beyond float64 rounding whenever a
+// window has more than one micro-batch, and matches it when none has.
+Evidence batchnorm_divergence(const ScenarioSpec& s, PropertyContext& ctx);
+// Exact BatchNorm under accumulation (window statistics and coupling, a
+// reference mode): R_acc matches R_full within float64 rounding.
+Evidence exact_batchnorm_equivalence(const ScenarioSpec& s, PropertyContext& ctx);
 
 const std::vector<Property>& default_properties();
 const Property* find_property(const std::string& name);

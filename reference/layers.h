@@ -145,27 +145,67 @@ struct NormStatistics {
   std::vector<T> unbiased_var;    // BatchNorm's running-variance input
 };
 
-// Two-pass statistics: mean first, then the mean of squared deviations.
-// The error model assumes two-pass or Welford kernels (NUMERICS §3), not
+// Per-group moments: element count, mean and sum of squared deviations.
+template <class T>
+struct NormMoments {
+  std::vector<long> count;
+  std::vector<T> mean, m2;
+};
+
+// Two-pass moments: mean first, then the squared deviations from it. The
+// error model assumes two-pass or Welford kernels (NUMERICS §1), not
 // E[x^2] - E[x]^2.
 template <class T>
-NormStatistics<T> norm_statistics(const NormShape& s, const Matrix<T>& x) {
-  NormStatistics<T> st;
+NormMoments<T> norm_moments(const NormShape& s, const Matrix<T>& x) {
+  NormMoments<T> m;
   for_each_norm_group(s, x.rows(), x.cols(), [&](long n, auto element) {
-    const T count(static_cast<double>(n));
     T mean(0.0);
     if (s.kind != NormKind::rms)
-      mean = reduce<T>(n, [&](long i) { auto [r, c] = element(i); return x(r, c); }) / count;
-    const T sum_sq = reduce<T>(n, [&](long i) {
+      mean = reduce<T>(n, [&](long i) { auto [r, c] = element(i); return x(r, c); }) / T(static_cast<double>(n));
+    m.count.push_back(n);
+    m.mean.push_back(mean);
+    m.m2.push_back(reduce<T>(n, [&](long i) {
       auto [r, c] = element(i);
       const T d = x(r, c) - mean;
       return d * d;
-    });
-    st.mean.push_back(mean);
-    st.rstd.push_back(T(1.0) / sqrt(sum_sq / count + T(s.eps)));
-    st.unbiased_var.push_back(n > 1 ? sum_sq / T(static_cast<double>(n - 1)) : T(0.0));
+    }));
   });
+  return m;
+}
+
+// Moments of the union of two sets from the moments of each (Chan, Golub,
+// LeVeque 1979): how statistics over a whole window are built one
+// micro-batch at a time.
+template <class T>
+NormMoments<T> combine_moments(const NormMoments<T>& a, const NormMoments<T>& b) {
+  if (a.count.empty()) return b;
+  NormMoments<T> out;
+  for (std::size_t g = 0; g < a.count.size(); ++g) {
+    const long n = a.count[g] + b.count[g];
+    const T na(static_cast<double>(a.count[g])), nb(static_cast<double>(b.count[g])), nn(static_cast<double>(n));
+    const T delta = b.mean[g] - a.mean[g];
+    out.count.push_back(n);
+    out.mean.push_back(a.mean[g] + delta * nb / nn);
+    out.m2.push_back(a.m2[g] + b.m2[g] + delta * delta * na * nb / nn);
+  }
+  return out;
+}
+
+template <class T>
+NormStatistics<T> statistics_from(const NormShape& s, const NormMoments<T>& m) {
+  NormStatistics<T> st;
+  for (std::size_t g = 0; g < m.count.size(); ++g) {
+    const long n = m.count[g];
+    st.mean.push_back(m.mean[g]);
+    st.rstd.push_back(T(1.0) / sqrt(m.m2[g] / T(static_cast<double>(n)) + T(s.eps)));
+    st.unbiased_var.push_back(n > 1 ? m.m2[g] / T(static_cast<double>(n - 1)) : T(0.0));
+  }
   return st;
+}
+
+template <class T>
+NormStatistics<T> norm_statistics(const NormShape& s, const Matrix<T>& x) {
+  return statistics_from(s, norm_moments(s, x));
 }
 
 template <class T>
@@ -184,6 +224,47 @@ Matrix<T> norm_forward(const NormShape& s, const Matrix<T>& x, const Matrix<T>& 
   return y;
 }
 
+// The coupling terms of a normalizer's backward, per statistics group:
+// sums of g = gamma * dy and of g * x_hat, and the element count. Their
+// means enter every element's dx; BatchNorm's span the whole batch.
+template <class T>
+struct NormCoupling {
+  std::vector<long> count;
+  std::vector<T> sum_g, sum_gx;
+};
+
+template <class T>
+NormCoupling<T> norm_coupling(const NormShape& s, const Matrix<T>& x, const Matrix<T>& gamma, const Matrix<T>& dy,
+                              const NormStatistics<T>& st) {
+  NormCoupling<T> c;
+  long g = 0;
+  for_each_norm_group(s, x.rows(), x.cols(), [&](long n, auto element) {
+    c.count.push_back(n);
+    c.sum_g.push_back(s.kind == NormKind::rms
+                          ? T(0.0)
+                          : reduce<T>(n, [&](long i) { auto [r, ch] = element(i); return gamma(0, ch) * dy(r, ch); }));
+    c.sum_gx.push_back(reduce<T>(n, [&](long i) {
+      auto [r, ch] = element(i);
+      return gamma(0, ch) * dy(r, ch) * ((x(r, ch) - st.mean[g]) * st.rstd[g]);
+    }));
+    ++g;
+  });
+  return c;
+}
+
+// Sums of two disjoint sets of elements (micro-batches of one window).
+template <class T>
+NormCoupling<T> combine_coupling(const NormCoupling<T>& a, const NormCoupling<T>& b) {
+  if (a.count.empty()) return b;
+  NormCoupling<T> out;
+  for (std::size_t g = 0; g < a.count.size(); ++g) {
+    out.count.push_back(a.count[g] + b.count[g]);
+    out.sum_g.push_back(a.sum_g[g] + b.sum_g[g]);
+    out.sum_gx.push_back(a.sum_gx[g] + b.sum_gx[g]);
+  }
+  return out;
+}
+
 template <class T>
 struct NormGrads {
   Matrix<T> dx, dgamma, dbeta;  // dbeta is 1 x 0 for RMSNorm
@@ -193,29 +274,22 @@ struct NormGrads {
 //   dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat))      (mean-centred)
 //   dx = rstd * (g - x_hat * mean(g * x_hat))                (RMSNorm)
 //   dgamma = sum over rows of dy * x_hat, dbeta = sum over rows of dy.
+// The means come from `coupling`, which is this x's own unless the caller
+// passes the whole window's (exact BatchNorm under accumulation).
 template <class T>
 NormGrads<T> norm_backward(const NormShape& s, const Matrix<T>& x, const Matrix<T>& gamma, const Matrix<T>& dy,
-                           const NormStatistics<T>& st) {
+                           const NormStatistics<T>& st, const NormCoupling<T>& coupling) {
   const long features = x.cols();
   NormGrads<T> out{Matrix<T>(x.rows(), features), Matrix<T>(1, features),
                    Matrix<T>(1, s.kind == NormKind::rms ? 0 : features)};
   Matrix<T> x_hat(x.rows(), features);
   long g = 0;
   for_each_norm_group(s, x.rows(), features, [&](long n, auto element) {
+    const T count(static_cast<double>(coupling.count[g]));
+    const T mean_g = coupling.sum_g[g] / count, mean_gx = coupling.sum_gx[g] / count;
     for (long i = 0; i < n; ++i) {
       auto [r, c] = element(i);
       x_hat(r, c) = (x(r, c) - st.mean[g]) * st.rstd[g];
-    }
-    const T count(static_cast<double>(n));
-    T mean_g(0.0);
-    if (s.kind != NormKind::rms)
-      mean_g = reduce<T>(n, [&](long i) { auto [r, c] = element(i); return gamma(0, c) * dy(r, c); }) / count;
-    const T mean_gx = reduce<T>(n, [&](long i) {
-      auto [r, c] = element(i);
-      return gamma(0, c) * dy(r, c) * x_hat(r, c);
-    }) / count;
-    for (long i = 0; i < n; ++i) {
-      auto [r, c] = element(i);
       out.dx(r, c) = st.rstd[g] * (gamma(0, c) * dy(r, c) - mean_g - x_hat(r, c) * mean_gx);
     }
     ++g;
@@ -225,6 +299,12 @@ NormGrads<T> norm_backward(const NormShape& s, const Matrix<T>& x, const Matrix<
     if (s.kind != NormKind::rms) out.dbeta(0, c) = reduce<T>(x.rows(), [&](long r) { return dy(r, c); });
   }
   return out;
+}
+
+template <class T>
+NormGrads<T> norm_backward(const NormShape& s, const Matrix<T>& x, const Matrix<T>& gamma, const Matrix<T>& dy,
+                           const NormStatistics<T>& st) {
+  return norm_backward(s, x, gamma, dy, st, norm_coupling(s, x, gamma, dy, st));
 }
 
 // BatchNorm's running statistics, PyTorch semantics: the variance fed to the

@@ -1,10 +1,12 @@
 // model.h — a model is a stack of layers ending in a loss. This file holds
 // the model's description (shared by the reference and the harness's
-// driver), its parameter layout, and the float64 forward/backward of the
-// whole stack. Tensors the kernel stores are passed through store(), which
-// is the identity for T = double and one rounding for T = Bounded.
+// driver), its parameter and buffer layout, and the float64 forward and
+// backward of the whole stack. Tensors the kernel stores are passed through
+// stored(), which is the identity for T = double and one rounding for
+// T = Bounded.
 #pragma once
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -15,12 +17,13 @@
 
 namespace gradeq::ref {
 
-enum class LayerKind { linear, relu, gelu, layer_norm };
+enum class LayerKind { linear, relu, gelu, layer_norm, batch_norm, group_norm, rms_norm };
 enum class LossKind { mse, cross_entropy };
 
 struct LayerSpec {
   LayerKind kind = LayerKind::linear;
   long features = 0;  // Linear: output features; others: ignored (inferred)
+  long groups = 0;    // GroupNorm: channel groups (must divide the features)
 };
 
 struct ModelSpec {
@@ -28,17 +31,21 @@ struct ModelSpec {
   long positions = 1;  // rows per sample
   std::vector<LayerSpec> layers;
   LossKind loss = LossKind::mse;
-  double norm_eps = 1e-5;
+  double norm_eps = 1e-5;      // PyTorch's default for Batch/Layer/GroupNorm
+  double bn_momentum = 0.1;    // PyTorch's default
 };
 
 std::string layer_name(LayerKind kind);
 std::string loss_name(LossKind kind);
-// "linear(8)-relu-linear(3) -> mse"
+// "in(8)-linear(16)-batchnorm-relu-linear(3) -> mse"
 std::string describe(const ModelSpec& spec);
 // Throws std::invalid_argument with a message naming what is wrong.
 void validate(const ModelSpec& spec);
 // Features entering each layer, plus the output features at the end.
 std::vector<long> layer_widths(const ModelSpec& spec);
+bool is_norm(LayerKind kind);
+bool has_batch_norm(const ModelSpec& spec);
+NormShape norm_shape(const ModelSpec& spec, const LayerSpec& layer);
 
 struct ParameterInfo {
   std::string name;  // "layer1.weight"
@@ -47,37 +54,65 @@ struct ParameterInfo {
 };
 
 std::vector<ParameterInfo> parameter_layout(const ModelSpec& spec);
-
-// Parameters of layer `layer` occupy params[first_parameter[layer] ...].
+// Parameters of layer l occupy params[first_parameter(spec)[l] ...].
 std::vector<long> first_parameter(const ModelSpec& spec);
+
+// Buffers: BatchNorm's running mean and variance, [1, C] each, starting at
+// 0 and 1 as in PyTorch. Buffers of layer l start at first_buffer(spec)[l].
+std::vector<ParameterInfo> buffer_layout(const ModelSpec& spec);
+std::vector<long> first_buffer(const ModelSpec& spec);
+double initial_buffer_value(const ParameterInfo& b);
 
 template <class T>
 using Tensors = std::vector<Matrix<T>>;
 
-// Everything backward needs from forward: the input of every layer.
+// BatchNorm statistics and backward coupling supplied from outside, per
+// layer (nullopt: compute from the batch at hand). Used by the exact
+// BatchNorm-under-accumulation procedure, which computes them over the
+// whole window.
+template <class T>
+struct WindowNorms {
+  std::vector<std::optional<NormStatistics<T>>> statistics;
+  std::vector<std::optional<NormCoupling<T>>> coupling;
+};
+
+// Everything backward needs from forward: the input of every layer and the
+// statistics each normalizer used.
 template <class T>
 struct Tape {
   Tensors<T> layer_inputs;
+  std::vector<std::optional<NormStatistics<T>>> statistics;
   Matrix<T> output;
 };
 
-inline NormShape layer_norm_shape(const ModelSpec& spec) { return {NormKind::layer, 1, spec.positions, spec.norm_eps}; }
-
+// running: BatchNorm buffers to update (training mode), or nullptr.
 template <class T>
-Tape<T> forward(const ModelSpec& spec, const Tensors<T>& params, const Matrix<T>& x) {
-  const std::vector<long> first = first_parameter(spec);
+Tape<T> forward(const ModelSpec& spec, const Tensors<T>& params, const Matrix<T>& x, Tensors<T>* running = nullptr,
+                const WindowNorms<T>* window = nullptr) {
+  const std::vector<long> first = first_parameter(spec), first_buf = first_buffer(spec);
   Tape<T> tape;
   Matrix<T> h = stored(x, Storage::compute);
   for (std::size_t l = 0; l < spec.layers.size(); ++l) {
     tape.layer_inputs.push_back(h);
+    tape.statistics.emplace_back();
     const Matrix<T>* p = params.data() + first[l];
-    switch (spec.layers[l].kind) {
+    const LayerKind kind = spec.layers[l].kind;
+    switch (kind) {
       case LayerKind::linear: h = linear_forward(h, p[0], p[1]); break;
       case LayerKind::relu: h = relu_forward(h); break;
       case LayerKind::gelu: h = gelu_forward(h); break;
-      case LayerKind::layer_norm: {
-        const NormShape shape = layer_norm_shape(spec);
-        h = norm_forward(shape, h, p[0], p[1], norm_statistics(shape, h));
+      case LayerKind::layer_norm:
+      case LayerKind::batch_norm:
+      case LayerKind::group_norm:
+      case LayerKind::rms_norm: {
+        const NormShape shape = norm_shape(spec, spec.layers[l]);
+        const bool supplied = window && window->statistics.size() > l && window->statistics[l].has_value();
+        tape.statistics[l] = supplied ? *window->statistics[l] : norm_statistics(shape, h);
+        const Matrix<T> no_beta;
+        h = norm_forward(shape, h, p[0], kind == LayerKind::rms_norm ? no_beta : p[1], *tape.statistics[l]);
+        if (kind == LayerKind::batch_norm && running && !supplied)
+          batchnorm_update_running((*running)[first_buf[l]], (*running)[first_buf[l] + 1], *tape.statistics[l],
+                                   spec.bn_momentum);
         break;
       }
     }
@@ -87,32 +122,46 @@ Tape<T> forward(const ModelSpec& spec, const Tensors<T>& params, const Matrix<T>
   return tape;
 }
 
-// Fresh parameter gradients of one pass (not accumulated, not stored: the
-// caller adds them into its accumulation buffer), given dy at the output.
 template <class T>
-Tensors<T> backward(const ModelSpec& spec, const Tensors<T>& params, const Tape<T>& tape, const Matrix<T>& dy_out) {
+struct Backward {
+  Tensors<T> grads;                 // fresh parameter gradients (not accumulated, not stored)
+  Tensors<T> layer_output_grads;    // dy arriving at each layer's output
+};
+
+// Backward from dy at the output. Gradients are fresh: the caller adds them
+// into its accumulation buffer.
+template <class T>
+Backward<T> backward_with_layer_grads(const ModelSpec& spec, const Tensors<T>& params, const Tape<T>& tape,
+                                      const Matrix<T>& dy_out, const WindowNorms<T>* window = nullptr) {
   const std::vector<long> first = first_parameter(spec);
-  Tensors<T> grads(params.size());
+  Backward<T> out{Tensors<T>(params.size()), Tensors<T>(spec.layers.size())};
   Matrix<T> dy = dy_out;
   for (std::size_t l = spec.layers.size(); l-- > 0;) {
+    out.layer_output_grads[l] = dy;
     const Matrix<T>& x = tape.layer_inputs[l];
     const Matrix<T>* p = params.data() + first[l];
     Matrix<T> dx;
     switch (spec.layers[l].kind) {
       case LayerKind::linear: {
         LinearGrads<T> g = linear_backward(x, p[0], dy);
-        grads[first[l]] = std::move(g.dw);
-        grads[first[l] + 1] = std::move(g.db);
+        out.grads[first[l]] = std::move(g.dw);
+        out.grads[first[l] + 1] = std::move(g.db);
         dx = std::move(g.dx);
         break;
       }
       case LayerKind::relu: dx = relu_backward(x, dy); break;
       case LayerKind::gelu: dx = gelu_backward(x, dy); break;
-      case LayerKind::layer_norm: {
-        const NormShape shape = layer_norm_shape(spec);
-        NormGrads<T> g = norm_backward(shape, x, p[0], dy, norm_statistics(shape, x));
-        grads[first[l]] = std::move(g.dgamma);
-        grads[first[l] + 1] = std::move(g.dbeta);
+      case LayerKind::layer_norm:
+      case LayerKind::batch_norm:
+      case LayerKind::group_norm:
+      case LayerKind::rms_norm: {
+        const NormShape shape = norm_shape(spec, spec.layers[l]);
+        const NormStatistics<T>& st = *tape.statistics[l];
+        const bool supplied = window && window->coupling.size() > l && window->coupling[l].has_value();
+        NormGrads<T> g = norm_backward(shape, x, p[0], dy, st,
+                                       supplied ? *window->coupling[l] : norm_coupling(shape, x, p[0], dy, st));
+        out.grads[first[l]] = std::move(g.dgamma);
+        if (spec.layers[l].kind != LayerKind::rms_norm) out.grads[first[l] + 1] = std::move(g.dbeta);
         dx = std::move(g.dx);
         break;
       }
@@ -120,7 +169,12 @@ Tensors<T> backward(const ModelSpec& spec, const Tensors<T>& params, const Tape<
     // The first layer's dx is not needed; a kernel does not compute it.
     if (l > 0) dy = stored(dx, Storage::compute);
   }
-  return grads;
+  return out;
+}
+
+template <class T>
+Tensors<T> backward(const ModelSpec& spec, const Tensors<T>& params, const Tape<T>& tape, const Matrix<T>& dy_out) {
+  return backward_with_layer_grads(spec, params, tape, dy_out).grads;
 }
 
 }  // namespace gradeq::ref

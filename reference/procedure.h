@@ -39,10 +39,19 @@ enum class Normalization {
   equal_split,   // s_b = 1 / (N * items_b): equals global only when all items_b are equal
 };
 
+// How BatchNorm behaves under accumulation.
+enum class BatchNormMode {
+  per_micro_batch,  // what frameworks do: statistics and coupling per micro-batch,
+                    // N running-statistics updates per window
+  exact_window,     // statistics and backward coupling over the whole window
+                    // (extra passes over the window), one running update per window
+};
+
 struct ProcedureConfig {
   Normalization normalization = Normalization::global_count;
   double loss_scale = 1.0;   // a power of two; gradients are unscaled once per window
   bool compute_copy = false; // the kernel computes with a copy of the weights in the compute dtype
+  BatchNormMode batch_norm = BatchNormMode::per_micro_batch;
   OptimizerSpec optimizer;
 };
 
@@ -52,36 +61,101 @@ std::vector<double> micro_batch_scales(const ProcedureConfig& config, LossKind l
 
 template <class T>
 struct WindowGradients {
-  Tensors<T> grads;  // after unscaling: the window's gradient G
-  T loss;            // sum_b s_b * S_b / loss_scale: the window's normalized loss
+  Tensors<T> grads;         // after unscaling: the window's gradient G
+  T loss;                   // sum_b s_b * S_b / loss_scale: the window's normalized loss
+  long forward_passes = 1;  // passes over the window's data the procedure needed
 };
 
 template <class T>
-Matrix<T> lift_targets(const Batch& b) {
-  return lift<T>(b.targets);
+Tensors<T> initial_buffers(const ModelSpec& spec) {
+  Tensors<T> buffers;
+  for (const ParameterInfo& b : buffer_layout(spec))
+    buffers.push_back(Matrix<T>::Constant(b.rows, b.cols, T(initial_buffer_value(b))));
+  return buffers;
 }
 
-// zero -> for each micro-batch: forward, scaled loss, backward, accumulate -> unscale.
+namespace detail {
+
+// Statistics and backward coupling of every BatchNorm layer over the whole
+// window, built one micro-batch at a time (moments combined with Chan's
+// formula, coupling sums added): one forward pass per BatchNorm layer for
+// the statistics, then one forward+backward pass per layer, last to first,
+// for the coupling. Returns the passes used.
+template <class T>
+long exact_window_norms(const ModelSpec& spec, const Tensors<T>& weights, const std::vector<Batch>& micro_batches,
+                        const std::vector<double>& scales, WindowNorms<T>& window) {
+  const std::size_t layers = spec.layers.size();
+  const std::vector<long> first = first_parameter(spec);
+  window.statistics.assign(layers, std::nullopt);
+  window.coupling.assign(layers, std::nullopt);
+  long passes = 0;
+  for (std::size_t k = 0; k < layers; ++k) {
+    if (spec.layers[k].kind != LayerKind::batch_norm) continue;
+    const NormShape shape = norm_shape(spec, spec.layers[k]);
+    NormMoments<T> moments;
+    for (const Batch& mb : micro_batches) {
+      const Tape<T> tape = forward(spec, weights, lift<T>(mb.inputs), static_cast<Tensors<T>*>(nullptr), &window);
+      moments = combine_moments(moments, norm_moments(shape, tape.layer_inputs[k]));
+    }
+    window.statistics[k] = statistics_from(shape, moments);
+    ++passes;
+  }
+  for (std::size_t k = layers; k-- > 0;) {
+    if (spec.layers[k].kind != LayerKind::batch_norm) continue;
+    const NormShape shape = norm_shape(spec, spec.layers[k]);
+    NormCoupling<T> coupling;
+    for (std::size_t b = 0; b < micro_batches.size(); ++b) {
+      const Batch& mb = micro_batches[b];
+      const Tape<T> tape = forward(spec, weights, lift<T>(mb.inputs), static_cast<Tensors<T>*>(nullptr), &window);
+      const T scale(scales[b]);
+      const LossAndGrad<T> loss = spec.loss == LossKind::mse ? mse_loss(tape.output, lift<T>(mb.targets), scale)
+                                                             : cross_entropy_loss(tape.output, mb.classes, scale);
+      const Backward<T> bw = backward_with_layer_grads(spec, weights, tape, stored(loss.dy, Storage::compute), &window);
+      coupling = combine_coupling(coupling, norm_coupling(shape, tape.layer_inputs[k], weights[first[k]],
+                                                          bw.layer_output_grads[k], *tape.statistics[k]));
+    }
+    window.coupling[k] = coupling;
+    ++passes;
+  }
+  return passes;
+}
+
+}  // namespace detail
+
+// zero -> for each micro-batch: forward, scaled loss, backward, accumulate
+// -> unscale. BatchNorm running statistics in `buffers` are updated.
 template <class T>
 WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfig& config, const Tensors<T>& params,
-                                     const Batch& window, const std::vector<long>& micro_batch_samples) {
+                                     Tensors<T>& buffers, const Batch& window,
+                                     const std::vector<long>& micro_batch_samples) {
   Tensors<T> weights = params;
   if (config.compute_copy)
     for (auto& w : weights) w = stored(w, Storage::compute);
   const std::vector<double> scales = micro_batch_scales(config, spec.loss, window, micro_batch_samples);
-
-  WindowGradients<T> out{Tensors<T>(params.size()), T(0.0)};
-  std::vector<T> losses;
+  std::vector<Batch> micro_batches;
   long first_sample = 0;
-  for (std::size_t b = 0; b < micro_batch_samples.size(); ++b) {
-    const Batch mb = window.slice(first_sample, micro_batch_samples[b]);
-    first_sample += micro_batch_samples[b];
-    const Tape<T> tape = forward(spec, weights, lift<T>(mb.inputs));
+  for (long n : micro_batch_samples) {
+    micro_batches.push_back(window.slice(first_sample, n));
+    first_sample += n;
+  }
+
+  WindowGradients<T> out{Tensors<T>(params.size()), T(0.0), 1};
+  WindowNorms<T> window_norms;
+  const bool exact_bn = config.batch_norm == BatchNormMode::exact_window && has_batch_norm(spec);
+  if (exact_bn) out.forward_passes += detail::exact_window_norms(spec, weights, micro_batches, scales, window_norms);
+
+  std::vector<T> losses;
+  for (std::size_t b = 0; b < micro_batches.size(); ++b) {
+    const Batch& mb = micro_batches[b];
+    const Tape<T> tape =
+        forward(spec, weights, lift<T>(mb.inputs), exact_bn ? nullptr : &buffers, exact_bn ? &window_norms : nullptr);
     const T scale(scales[b]);
-    LossAndGrad<T> loss = spec.loss == LossKind::mse ? mse_loss(tape.output, lift_targets<T>(mb), scale)
+    LossAndGrad<T> loss = spec.loss == LossKind::mse ? mse_loss(tape.output, lift<T>(mb.targets), scale)
                                                      : cross_entropy_loss(tape.output, mb.classes, scale);
     losses.push_back(loss.loss_sum * scale);
-    const Tensors<T> g = backward(spec, weights, tape, stored(loss.dy, Storage::compute));
+    const Tensors<T> g = backward_with_layer_grads(spec, weights, tape, stored(loss.dy, Storage::compute),
+                                                   exact_bn ? &window_norms : nullptr)
+                             .grads;
     for (std::size_t p = 0; p < g.size(); ++p) {
       if (b == 0) {
         out.grads[p] = stored(g[p], Storage::accumulate);
@@ -91,6 +165,14 @@ WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfi
       }
     }
   }
+  if (exact_bn) {
+    const std::vector<long> first_buf = first_buffer(spec);
+    for (std::size_t l = 0; l < spec.layers.size(); ++l)
+      if (spec.layers[l].kind == LayerKind::batch_norm)
+        batchnorm_update_running(buffers[first_buf[l]], buffers[first_buf[l] + 1], *window_norms.statistics[l],
+                                 spec.bn_momentum);
+  }
+  for (auto& b : buffers) b = stored(b, Storage::master);
   out.loss = reduce<T>(static_cast<long>(losses.size()), [&](long b) { return losses[b]; });
   if (config.loss_scale != 1.0) {
     const T unscale(1.0 / config.loss_scale);
@@ -100,33 +182,58 @@ WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfi
   return out;
 }
 
+// Everything a window starts from and leaves behind.
 template <class T>
-void optimizer_step(const ProcedureConfig& config, Tensors<T>& params, const Tensors<T>& grads) {
-  const T lr(config.optimizer.lr);
-  for (std::size_t p = 0; p < params.size(); ++p) {
-    sgd_step(params[p], grads[p], lr);
-    params[p] = stored(params[p], Storage::master);
-  }
+struct TrainingState {
+  Tensors<T> params;   // master weights
+  Tensors<T> buffers;  // BatchNorm running statistics
+  long step = 0;       // optimizer steps taken so far
+};
+
+template <class T>
+TrainingState<T> initial_state(const ModelSpec& spec, const Tensors<double>& params) {
+  TrainingState<T> s;
+  for (const auto& p : params) s.params.push_back(lift<T>(p));
+  s.buffers = initial_buffers<T>(spec);
+  return s;
 }
 
 template <class T>
-struct WindowRecord {
+void optimizer_step(const ProcedureConfig& config, TrainingState<T>& state, const Tensors<T>& grads) {
+  const T lr(config.optimizer.lr);
+  for (std::size_t p = 0; p < state.params.size(); ++p) {
+    sgd_step(state.params[p], grads[p], lr);
+    state.params[p] = stored(state.params[p], Storage::master);
+  }
+  ++state.step;
+}
+
+template <class T>
+struct WindowResult {
   WindowGradients<T> gradients;
-  Tensors<T> params_after;
+  TrainingState<T> after;
 };
 
-// K windows: each accumulates its micro-batches, then steps once.
+// One window from `state`: accumulate its micro-batches, then step once.
 template <class T>
-std::vector<WindowRecord<T>> run_trajectory(const ModelSpec& spec, const ProcedureConfig& config, Tensors<T> params,
-                                            const std::vector<Batch>& windows,
+WindowResult<T> run_window(const ModelSpec& spec, const ProcedureConfig& config, TrainingState<T> state,
+                           const Batch& window, const std::vector<long>& micro_batch_samples) {
+  WindowGradients<T> g = accumulate_window(spec, config, state.params, state.buffers, window, micro_batch_samples);
+  optimizer_step(config, state, g.grads);
+  return {std::move(g), std::move(state)};
+}
+
+// K windows from `state`, each starting where the previous one ended.
+template <class T>
+std::vector<WindowResult<T>> run_trajectory(const ModelSpec& spec, const ProcedureConfig& config,
+                                            TrainingState<T> state, const std::vector<Batch>& windows,
                                             const std::vector<std::vector<long>>& splits) {
-  std::vector<WindowRecord<T>> records;
+  std::vector<WindowResult<T>> results;
   for (std::size_t w = 0; w < windows.size(); ++w) {
-    WindowGradients<T> g = accumulate_window(spec, config, params, windows[w], splits[w]);
-    optimizer_step(config, params, g.grads);
-    records.push_back({std::move(g), params});
+    results.push_back(run_window(spec, config, state, windows[w], splits[w]));
+    state = results.back().after;
   }
-  return records;
+  return results;
 }
 
 }  // namespace gradeq::ref

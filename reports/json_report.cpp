@@ -14,6 +14,7 @@ nlohmann::json number(double v) {
 
 nlohmann::json check_json(const TensorCheck& c) {
   return {{"tensor", c.name},
+          {"window", c.window},
           {"shape", {c.rows, c.cols}},
           {"dtype", std::string(dtype_name(c.dtype))},
           {"passed", c.passed()},

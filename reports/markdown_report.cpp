@@ -25,9 +25,9 @@ std::string status_cell(const Verdict& v) {
   return fmt::format("{} (worst error/bound {})", s, sci(v.worst_ratio));
 }
 
-const TensorCheck* find_check(const Verdict& v, const std::string& name) {
+const TensorCheck* find_check(const Verdict& v, const std::string& name, long window) {
   for (const TensorCheck& c : v.checks)
-    if (c.name == name) return &c;
+    if (c.name == name && c.window == window) return &c;
   return nullptr;
 }
 
@@ -47,14 +47,16 @@ void scenario_section(std::ostringstream& md, const ScenarioResult& s) {
      << "; accumulation equivalence " << status_cell(s.accumulation) << "\n";
   if (!s.passed()) md << "- failure: " << s.first_failure() << "\n";
   md << "\n";
-  md << "| tensor | shape | max abs error | bound at worst | error/bound | max rel | normwise rel | max ULP | cosine "
-        "| K_full err/bound | K_acc err/bound | R_acc vs R_full rel |\n";
-  md << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  md << "Accumulation equivalence per window and tensor (K_acc vs R_full), with the kernel-correctness ratios and "
+        "the float64 divergence of R_acc from R_full:\n\n";
+  md << "| window | tensor | shape | max abs error | bound at worst | error/bound | max rel | normwise rel | max ULP "
+        "| cosine | K_full err/bound | K_acc err/bound | R_acc vs R_full rel |\n";
+  md << "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const TensorCheck& c : s.accumulation.checks) {
-    const TensorCheck* kf = find_check(s.kernel, "full: " + c.name);
-    const TensorCheck* ka = find_check(s.kernel, "acc: " + c.name);
-    const TensorCheck* m = find_check(s.math, c.name);
-    md << "| " << c.name << " | " << c.rows << "×" << c.cols << " | " << sci(c.metrics.max_abs) << " | "
+    const TensorCheck* kf = find_check(s.kernel, "full: " + c.name, c.window);
+    const TensorCheck* ka = find_check(s.kernel, "acc: " + c.name, c.window);
+    const TensorCheck* m = find_check(s.math, c.name, c.window);
+    md << "| " << c.window << " | " << c.name << " | " << c.rows << "×" << c.cols << " | " << sci(c.metrics.max_abs) << " | "
        << sci(c.worst_bound) << " | " << (c.passed() ? "" : "**") << sci(c.worst_ratio) << (c.passed() ? "" : "**")
        << " | " << sci(c.metrics.max_rel) << " | " << sci(c.metrics.normwise_rel) << " | "
        << fmt::format("{:.1f}", c.metrics.max_ulp) << " | " << fmt::format("{:.9f}", c.metrics.cosine) << " | "
@@ -79,7 +81,9 @@ std::string report_markdown(const CheckReport& r) {
   md << "Runs: R_full / R_acc are the float64 reference on the full batch and accumulated over the split; "
         "K_full / K_acc the backend under test. Verdicts: **math equivalence** R_acc vs R_full; **kernel "
         "correctness** K_full vs R_full and K_acc vs R_acc; **accumulation equivalence** K_acc vs R_full. "
-        "Tensors: `grad/` is the last window's accumulated gradient, `param/` the weights after the last step.\n\n";
+        "Tensors, per window: `grad/` the accumulated gradient (after unscaling), `param/` the weights after the "
+        "step, `stats/` BatchNorm running statistics. Math equivalence follows whole trajectories from the initial "
+        "state; the kernel verdicts check each window from the state the kernel run reached before it.\n\n";
 
   md << "## Summary\n\n| scenario | model | split | math | kernel | accumulation | result |\n|---|---|---|---|---|---|---|\n";
   for (const ScenarioResult& s : r.scenarios)

@@ -65,6 +65,20 @@ inline void expect_matches_golden(const Matrix<Bounded>& ours, const Matrix<doub
   }
 }
 
+// The same, when the golden file's producer used another algorithm whose
+// float64 error the reference bounds as `theirs` (same values, other bounds).
+inline void expect_matches_golden(const Matrix<Bounded>& ours, const Matrix<Bounded>& theirs,
+                                  const Matrix<double>& expected, const std::string& what) {
+  ASSERT_EQ(ours.size(), expected.size()) << what;
+  ASSERT_EQ(theirs.size(), expected.size()) << what;
+  for (long i = 0; i < ours.size(); ++i) {
+    const double bound = ours.data()[i].reference + kFormulationFactor * theirs.data()[i].reference;
+    const double err = std::abs(ours.data()[i].value - expected.data()[i]);
+    EXPECT_LE(err, bound) << what << "[" << i << "]: ours " << ours.data()[i].value << ", golden "
+                          << expected.data()[i] << ", bound " << bound;
+  }
+}
+
 inline void expect_matches_golden(const Bounded& ours, double expected, const std::string& what) {
   const double bound = (1.0 + kFormulationFactor) * ours.reference;
   EXPECT_LE(std::abs(ours.value - expected), bound) << what << ": ours " << ours.value << ", golden " << expected;

@@ -89,27 +89,59 @@ TEST_F(CpuBackendTest, Activations) {
   expect_within_bound(tdx, ref::gelu_backward(lift<Bounded>(x), lift<Bounded>(dy)), "gelu'");
 }
 
-TEST_F(CpuBackendTest, LayerNorm) {
-  const long rows = 5, cols = 11;
+// One normalizer of each kind against the reference: forward, saved
+// statistics, backward (dgamma/dbeta accumulate), BatchNorm running stats.
+class CpuNormTest : public CpuBackendTest, public ::testing::WithParamInterface<NormKind> {};
+
+TEST_P(CpuNormTest, MatchesTheReference) {
+  const NormKind kind = GetParam();
+  const long positions = 3, rows = 12, cols = 6, groups = 3;
+  const bool rms = kind == NormKind::rms, batch = kind == NormKind::batch;
   const auto x = random_matrix(rng, rows, cols, 3.0), dy = random_matrix(rng, rows, cols);
-  auto gamma = random_matrix(rng, 1, cols, 0.2), beta = random_matrix(rng, 1, cols, 0.2);
+  auto gamma = random_matrix(rng, 1, cols, 0.2);
   gamma.array() += 1.0;
   for (long i = 0; i < gamma.size(); ++i) gamma.data()[i] = static_cast<float>(gamma.data()[i]);
-  const NormConfig c{NormKind::layer, 1, 1, 1e-5f, 0.1f};
-  const ref::NormShape shape{ref::NormKind::layer, 1, 1, static_cast<double>(1e-5f)};
-  Tensor tx = put(x), tg = put(gamma), tb = put(beta), tdy = put(dy), ty = empty(rows, cols);
-  Tensor mean = empty(1, rows), rstd = empty(1, rows), tdx = empty(rows, cols);
-  Tensor dg = put(Matrix<double>::Zero(1, cols)), db = put(Matrix<double>::Zero(1, cols));
-  backend.norm_forward(c, tx, tg, tb, ty, mean, rstd, Tensor{}, Tensor{});
+  const auto beta = random_matrix(rng, 1, cols, 0.2);
+  const NormConfig c{kind, groups, positions, 1e-5f, 0.1f};
+  const ref::NormKind ref_kind = kind == NormKind::layer   ? ref::NormKind::layer
+                                 : kind == NormKind::rms   ? ref::NormKind::rms
+                                 : kind == NormKind::group ? ref::NormKind::group
+                                                           : ref::NormKind::batch;
+  const ref::NormShape shape{ref_kind, groups, positions, static_cast<double>(1e-5f)};
+  const long stat_groups = kind == NormKind::batch ? cols : kind == NormKind::group ? rows / positions * groups : rows;
+  Tensor tx = put(x), tg = put(gamma), tb = rms ? Tensor{} : put(beta), tdy = put(dy), ty = empty(rows, cols);
+  Tensor mean = empty(1, stat_groups), rstd = empty(1, stat_groups), tdx = empty(rows, cols);
+  Tensor dg = put(Matrix<double>::Zero(1, cols)), db = rms ? Tensor{} : put(Matrix<double>::Zero(1, cols));
+  Tensor rm = batch ? put(Matrix<double>::Zero(1, cols)) : Tensor{}, rv = batch ? put(Matrix<double>::Ones(1, cols)) : Tensor{};
+  backend.norm_forward(c, tx, tg, tb, ty, mean, rstd, rm, rv);
   const auto xb = lift<Bounded>(x);
+  const Matrix<Bounded> beta_b = rms ? Matrix<Bounded>() : lift<Bounded>(beta);
   const auto stats = ref::norm_statistics(shape, xb);
-  expect_within_bound(ty, ref::norm_forward(shape, xb, lift<Bounded>(gamma), lift<Bounded>(beta), stats), "y");
+  expect_within_bound(ty, ref::norm_forward(shape, xb, lift<Bounded>(gamma), beta_b, stats), "y");
   backend.norm_backward(c, tx, tg, tdy, mean, rstd, tdx, dg, db);
   const auto g = ref::norm_backward(shape, xb, lift<Bounded>(gamma), lift<Bounded>(dy), stats);
   expect_within_bound(tdx, g.dx, "dx");
   expect_within_bound(dg, g.dgamma, "dgamma");
-  expect_within_bound(db, g.dbeta, "dbeta");
+  if (!rms) expect_within_bound(db, g.dbeta, "dbeta");
+  if (batch) {
+    Matrix<Bounded> erm = lift<Bounded>(Matrix<double>::Zero(1, cols)), erv = lift<Bounded>(Matrix<double>::Ones(1, cols));
+    ref::batchnorm_update_running(erm, erv, stats, static_cast<double>(0.1f));
+    expect_within_bound(rm, erm, "running_mean");
+    expect_within_bound(rv, erv, "running_var");
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(AllKinds, CpuNormTest,
+                         ::testing::Values(NormKind::layer, NormKind::rms, NormKind::group, NormKind::batch),
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case NormKind::layer: return std::string("LayerNorm");
+                             case NormKind::rms: return std::string("RmsNorm");
+                             case NormKind::group: return std::string("GroupNorm");
+                             case NormKind::batch: return std::string("BatchNorm");
+                           }
+                           return std::string("?");
+                         });
 
 TEST_F(CpuBackendTest, Losses) {
   const auto y = random_matrix(rng, 6, 4, 2.0), t = random_matrix(rng, 6, 4);

@@ -185,7 +185,7 @@ TEST(Dump, WritesNpyFilesAndAManifest) {
   bool saw_k_acc = false;
   for (const auto& f : m["files"]) {
     EXPECT_TRUE(std::filesystem::exists(dir / f["file"].get<std::string>())) << f["file"];
-    saw_k_acc |= f["name"].get<std::string>().starts_with("K_acc/grad/");
+    saw_k_acc |= f["name"].get<std::string>().starts_with("K_acc/w0/grad/");
   }
   EXPECT_TRUE(saw_k_acc);
   std::ifstream npy(dir / "window0_inputs.npy", std::ios::binary);

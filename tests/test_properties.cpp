@@ -30,6 +30,9 @@ RC_GTEST_PROP(Properties, ReferenceSelfConsistency, ()) { check_property("Refere
 RC_GTEST_PROP(Properties, KernelCorrectness, ()) { check_property("KernelCorrectness"); }
 RC_GTEST_PROP(Properties, AccumulationEquivalence, ()) { check_property("AccumulationEquivalence"); }
 RC_GTEST_PROP(Properties, Exactness, ()) { check_property("Exactness"); }
+RC_GTEST_PROP(Properties, BatchNormKernelCorrectness, ()) { check_property("BatchNormKernelCorrectness"); }
+RC_GTEST_PROP(Properties, BatchNormDivergence, ()) { check_property("BatchNormDivergence"); }
+RC_GTEST_PROP(Properties, ExactBatchNormEquivalence, ()) { check_property("ExactBatchNormEquivalence"); }
 
 TEST(PropertyRegistry, EveryRegisteredPropertyHasAWrapper) {
   std::set<std::string> wrapped;

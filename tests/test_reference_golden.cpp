@@ -38,17 +38,67 @@ TEST(ReferenceGolden, GeluTanh) {
   expect_matches_golden(ref::gelu_backward(x, dy), matrix(g["dx"]), "dx");
 }
 
-TEST(ReferenceGolden, LayerNorm) {
-  const auto g = golden("layernorm");
-  const ref::NormShape shape{ref::NormKind::layer, 1, 1, g["eps"].get<double>()};
+// PyTorch's CPU normalizers compute moments in one pass, var = E[x^2] -
+// E[x]^2, whose float64 error is relative to E[x^2], not to the variance
+// (NUMERICS §6). The reference bounds that algorithm with the same rules, and
+// the comparison allows our bound plus F times theirs.
+ref::NormStatistics<Bounded> one_pass_statistics(const ref::NormShape& s, const Matrix<Bounded>& x) {
+  ref::NormStatistics<Bounded> st;
+  ref::for_each_norm_group(s, x.rows(), x.cols(), [&](long n, auto element) {
+    const Bounded count(static_cast<double>(n));
+    const Bounded mean = s.kind == ref::NormKind::rms
+                             ? Bounded(0.0)
+                             : ref::reduce<Bounded>(n, [&](long i) { auto [r, c] = element(i); return x(r, c); }) / count;
+    const Bounded mean_sq =
+        ref::reduce<Bounded>(n, [&](long i) { auto [r, c] = element(i); return x(r, c) * x(r, c); }) / count;
+    st.mean.push_back(mean);
+    st.rstd.push_back(Bounded(1.0) / ref::sqrt(mean_sq - mean * mean + Bounded(s.eps)));
+    st.unbiased_var.push_back(Bounded(0.0));
+  });
+  return st;
+}
+
+// Normalizer files share a layout; `kind` picks the statistics groups.
+void check_norm_golden(const std::string& file, ref::NormKind kind, long groups) {
+  const auto g = golden(file);
+  const ref::NormShape shape{kind, groups, 1, g["eps"].get<double>()};
   const auto x = lift<Bounded>(matrix(g["x"])), dy = lift<Bounded>(matrix(g["dy"]));
-  const auto gamma = lift<Bounded>(matrix(g["weight"])), beta = lift<Bounded>(matrix(g["bias"]));
-  const auto stats = ref::norm_statistics(shape, x);
-  expect_matches_golden(ref::norm_forward(shape, x, gamma, beta, stats), matrix(g["y"]), "y");
+  const auto gamma = lift<Bounded>(matrix(g["weight"]));
+  const Matrix<Bounded> beta = kind == ref::NormKind::rms ? Matrix<Bounded>() : lift<Bounded>(matrix(g["bias"]));
+  const auto stats = ref::norm_statistics(shape, x), theirs = one_pass_statistics(shape, x);
+  expect_matches_golden(ref::norm_forward(shape, x, gamma, beta, stats), ref::norm_forward(shape, x, gamma, beta, theirs),
+                        matrix(g["y"]), file + " y");
   const auto grads = ref::norm_backward(shape, x, gamma, dy, stats);
-  expect_matches_golden(grads.dx, matrix(g["dx"]), "dx");
-  expect_matches_golden(grads.dgamma, matrix(g["dweight"]), "dweight");
-  expect_matches_golden(grads.dbeta, matrix(g["dbias"]), "dbias");
+  const auto their_grads = ref::norm_backward(shape, x, gamma, dy, theirs);
+  expect_matches_golden(grads.dx, their_grads.dx, matrix(g["dx"]), file + " dx");
+  expect_matches_golden(grads.dgamma, their_grads.dgamma, matrix(g["dweight"]), file + " dweight");
+  if (kind != ref::NormKind::rms)
+    expect_matches_golden(grads.dbeta, their_grads.dbeta, matrix(g["dbias"]), file + " dbias");
+}
+
+TEST(ReferenceGolden, LayerNorm) { check_norm_golden("layernorm", ref::NormKind::layer, 1); }
+
+TEST(ReferenceGolden, GroupNorm) {
+  check_norm_golden("groupnorm", ref::NormKind::group, golden("groupnorm")["groups"].get<long>());
+}
+
+TEST(ReferenceGolden, RmsNorm) {
+  EXPECT_EQ(golden("rmsnorm")["formula"], "x * rsqrt(mean(x^2, last dim) + eps) * weight");
+  check_norm_golden("rmsnorm", ref::NormKind::rms, 1);
+}
+
+// Training mode: batch statistics with the biased variance normalize; the
+// running variance takes the unbiased one, with momentum 0.1.
+TEST(ReferenceGolden, BatchNormTrainingAndRunningStatistics) {
+  const auto g = golden("batchnorm_train");
+  check_norm_golden("batchnorm_train", ref::NormKind::batch, 1);
+  const ref::NormShape shape{ref::NormKind::batch, 1, 1, g["eps"].get<double>()};
+  auto running_mean = lift<Bounded>(matrix(g["running_mean_before"]));
+  auto running_var = lift<Bounded>(matrix(g["running_var_before"]));
+  ref::batchnorm_update_running(running_mean, running_var, ref::norm_statistics(shape, lift<Bounded>(matrix(g["x"]))),
+                                g["momentum"].get<double>());
+  expect_matches_golden(running_mean, matrix(g["running_mean_after"]), "running_mean");
+  expect_matches_golden(running_var, matrix(g["running_var_after"]), "running_var");
 }
 
 // mean over all elements = (sum of per-row means) / rows: scale 1/rows.

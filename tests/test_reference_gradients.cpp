@@ -61,6 +61,28 @@ TEST_F(ReferenceGradients, LayerNorm) {
   expect_gradient_matches([&](const auto& v) { return forward(lift<Bounded>(x), lift<Bounded>(gamma), v); }, beta, g.dbeta, "dbeta");
 }
 
+// x, gamma and beta of every normalizer kind; GroupNorm and BatchNorm over
+// samples of several positions, as the vision stand-in uses them.
+void check_norm_gradients(std::mt19937_64& rng, const ref::NormShape& shape, long rows, long cols) {
+  const auto x = random_matrix(rng, rows, cols, 2.0), probe = random_matrix(rng, rows, cols);
+  auto gamma = random_matrix(rng, 1, cols, 0.3);
+  gamma.array() += 1.0;
+  const bool rms = shape.kind == ref::NormKind::rms;
+  const Matrix<double> beta = rms ? Matrix<double>() : random_matrix(rng, 1, cols, 0.3);
+  const auto g = ref::norm_backward(shape, x, gamma, probe, ref::norm_statistics(shape, x));
+  auto forward = [&](const auto& xv, const auto& gv, const auto& bv) {
+    return probe_sum(ref::norm_forward(shape, xv, gv, bv, ref::norm_statistics(shape, xv)), probe);
+  };
+  expect_gradient_matches([&](const auto& v) { return forward(v, lift<Bounded>(gamma), lift<Bounded>(beta)); }, x, g.dx, "dx");
+  expect_gradient_matches([&](const auto& v) { return forward(lift<Bounded>(x), v, lift<Bounded>(beta)); }, gamma, g.dgamma, "dgamma");
+  if (!rms)
+    expect_gradient_matches([&](const auto& v) { return forward(lift<Bounded>(x), lift<Bounded>(gamma), v); }, beta, g.dbeta, "dbeta");
+}
+
+TEST_F(ReferenceGradients, BatchNorm) { check_norm_gradients(rng, {ref::NormKind::batch, 1, 3, 1e-5}, 12, 5); }
+TEST_F(ReferenceGradients, GroupNorm) { check_norm_gradients(rng, {ref::NormKind::group, 3, 2, 1e-5}, 8, 6); }
+TEST_F(ReferenceGradients, RmsNorm) { check_norm_gradients(rng, {ref::NormKind::rms, 1, 1, 1e-6}, 4, 7); }
+
 TEST_F(ReferenceGradients, MeanSquaredError) {
   const auto pred = random_matrix(rng, 6, 3), target = random_matrix(rng, 6, 3);
   const auto out = ref::mse_loss(pred, target, 0.25);
@@ -106,6 +128,34 @@ TEST_F(ReferenceGradients, ModelStack) {
           for (const auto& q : params) ps.push_back(lift<T>(q));
           ps[p] = v;
           return ref::cross_entropy_loss(ref::forward(spec, ps, lift<T>(x)).output, classes, T(1.0)).loss_sum;
+        },
+        params[p], grads[p], layout[p].name);
+  }
+}
+
+// A stack with every normalizer, over samples of 3 positions.
+TEST_F(ReferenceGradients, ModelStackWithEveryNormalizer) {
+  ref::ModelSpec spec;
+  spec.input_features = 4;
+  spec.positions = 3;
+  spec.layers = {{ref::LayerKind::linear, 6}, {ref::LayerKind::batch_norm, 0}, {ref::LayerKind::gelu, 0},
+                 {ref::LayerKind::group_norm, 0, 2}, {ref::LayerKind::linear, 6}, {ref::LayerKind::rms_norm, 0},
+                 {ref::LayerKind::linear, 2}};
+  spec.loss = ref::LossKind::mse;
+  const auto layout = ref::parameter_layout(spec);
+  ref::Tensors<double> params;
+  for (const auto& p : layout) params.push_back(random_matrix(rng, p.rows, p.cols, 0.7));
+  const auto x = random_matrix(rng, 9, 4), target = random_matrix(rng, 9, 2);
+  const auto tape = ref::forward(spec, params, x);
+  const auto grads = ref::backward(spec, params, tape, ref::mse_loss(tape.output, target, 1.0).dy);
+  for (std::size_t p = 0; p < layout.size(); ++p) {
+    expect_gradient_matches(
+        [&](const auto& v) {
+          using T = typename std::decay_t<decltype(v)>::Scalar;
+          ref::Tensors<T> ps;
+          for (const auto& q : params) ps.push_back(lift<T>(q));
+          ps[p] = v;
+          return ref::mse_loss(ref::forward(spec, ps, lift<T>(x)).output, lift<T>(target), T(1.0)).loss_sum;
         },
         params[p], grads[p], layout[p].name);
   }

@@ -1,0 +1,46 @@
+// runs.h — what a run produces, window by window: the kernel's tensors
+// (float32 values held as float64) and the reference's (values with their
+// propagated bounds). Names: "grad/<param>" (the window's accumulated
+// gradient, after unscaling), "param/<param>" (weights after the step),
+// "stats/<buffer>" (BatchNorm running statistics after the window).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace gradeq {
+
+struct RunTensor {
+  std::string name;
+  long rows = 0, cols = 0;
+  std::vector<double> values;
+};
+
+struct KernelWindow {
+  std::vector<RunTensor> tensors;
+  double loss = 0.0;  // normalized loss of the window
+};
+
+struct KernelRun {
+  std::vector<KernelWindow> windows;
+};
+
+struct ReferenceTensor {
+  std::string name;
+  long rows = 0, cols = 0;
+  std::vector<double> value, kernel_bound, reference_bound;
+};
+
+struct ReferenceWindow {
+  std::vector<ReferenceTensor> tensors;
+  double loss = 0.0;
+};
+
+struct ReferenceRun {
+  std::vector<ReferenceWindow> windows;
+};
+
+const RunTensor& find_tensor(const KernelWindow& w, const std::string& name);
+const ReferenceTensor& find_tensor(const ReferenceWindow& w, const std::string& name);
+
+}  // namespace gradeq
