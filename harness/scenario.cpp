@@ -172,6 +172,14 @@ void validate(const ScenarioSpec& s) {
     throw std::invalid_argument("precision: loss scale must be a power of two (so scaling is exact)");
 }
 
+std::uint64_t mix_seed(std::uint64_t run_seed, std::uint64_t item) {
+  std::uint64_t z = run_seed * 0x9e3779b97f4a7c15ull + item + 0x632be59bd9b4e019ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return z == 0 ? 1 : z;
+}
+
 Scenario materialize(const ScenarioSpec& spec) {
   validate(spec);
   SeededRandom rng(spec.seed);

@@ -67,4 +67,7 @@ struct Scenario {
 
 Scenario materialize(const ScenarioSpec& spec);
 
+// Deterministic per-item seed derived from a run seed (splitmix64).
+std::uint64_t mix_seed(std::uint64_t run_seed, std::uint64_t item);
+
 }  // namespace gradeq

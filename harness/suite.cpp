@@ -78,6 +78,22 @@ std::vector<ScenarioSpec> default_scenarios() {
     s.seed = 16;
     suite.push_back(s);
   }
+  // The vision recipe people bring to accumulation, without convolutions:
+  // 4x4 spatial positions per image, per-channel normalization, dense
+  // per-position classes; micro-batch 2, effective batch 32 (N = 16).
+  for (const bool batch_norm : {true, false}) {
+    ScenarioSpec s;
+    s.name = batch_norm ? "vision_batchnorm_mb2_n16" : "vision_groupnorm_mb2_n16";
+    s.model.input_features = 8;
+    s.model.positions = 16;
+    const ref::LayerSpec norm = batch_norm ? ref::LayerSpec{LayerKind::batch_norm, 0, 0} : ref::LayerSpec{LayerKind::group_norm, 0, 4};
+    s.model.layers = {{LayerKind::linear, 16}, norm, {LayerKind::relu, 0},
+                      {LayerKind::linear, 16}, norm, {LayerKind::relu, 0}, {LayerKind::linear, 10}};
+    s.model.loss = LossKind::cross_entropy;
+    s.split = equal_split(2, 16, 2);
+    s.seed = 17;
+    suite.push_back(s);
+  }
   return suite;
 }
 

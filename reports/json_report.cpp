@@ -80,7 +80,7 @@ nlohmann::json report_json(const CheckReport& r) {
                           {"message", p.message},
                           {"reproduce", p.reproduce},
                           {"seconds", p.seconds}});
-  return {{"tool", "gradeq"},
+  nlohmann::json out = {{"tool", "gradeq"},
           {"version", r.version},
           {"started_at", r.started_at},
           {"backend", r.backend},
@@ -93,6 +93,8 @@ nlohmann::json report_json(const CheckReport& r) {
           {"seconds", r.seconds},
           {"scenarios", scenarios},
           {"properties", properties}};
+  if (r.norm_sweep) out["norm_sweep"] = norm_sweep_json(*r.norm_sweep);
+  return out;
 }
 
 }  // namespace gradeq

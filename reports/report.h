@@ -14,6 +14,8 @@
 namespace gradeq {
 
 nlohmann::json report_json(const CheckReport& report);
+nlohmann::json norm_sweep_json(const NormSweep& sweep);
+std::string norm_sweep_markdown(const NormSweep& sweep);
 std::string report_markdown(const CheckReport& report);
 std::string report_junit(const CheckReport& report);
 

@@ -43,6 +43,11 @@ expect 0 "wrote" -- report --out "$work/report" --property Exactness --cases 5
 for f in report.json report.md junit.xml; do
   [ -s "$work/report/$f" ] || { echo "FAIL: report did not write $f"; failures=$((failures + 1)); }
 done
+expect 0 "Gradient divergence" -- sweep norms --seeds 2 --out "$work/sweep"
+[ -s "$work/sweep/sweep_norms.json" ] || { echo "FAIL: sweep did not write sweep_norms.json"; failures=$((failures + 1)); }
+expect 2 "norms" -- sweep colours
+expect 2 "seeds" -- sweep norms --seeds 0
+grep -q "Normalizers under accumulation" "$work/report/report.md" || { echo "FAIL: report lacks the normalizer study"; failures=$((failures + 1)); }
 # User scenarios from TOML: a good file passes, bad ones say what is wrong.
 cat >"$work/good.toml" <<'TOML'
 [[scenario]]
@@ -90,6 +95,16 @@ name = "l"
 input_features = 4
 layers = ["linear:two"]
 split = [[4]]'
+bad bn_single "batchnorm needs >= 2 values per channel" '[[scenario]]
+name = "b"
+input_features = 4
+layers = ["linear:4", "batchnorm", "linear:2"]
+split = [[2, 1]]'
+bad gn_groups "groups do not divide" '[[scenario]]
+name = "g"
+input_features = 4
+layers = ["linear:6", "groupnorm:4", "linear:2"]
+split = [[2]]'
 bad bad_dtype "not one of" '[[scenario]]
 name = "d"
 input_features = 4

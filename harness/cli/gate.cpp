@@ -27,15 +27,6 @@ std::uint64_t name_hash(const std::string& name) {
 
 }  // namespace
 
-std::uint64_t mix_seed(std::uint64_t run_seed, std::uint64_t item) {
-  // splitmix64 of the pair: distinct, well-spread seeds per item.
-  std::uint64_t z = run_seed * 0x9e3779b97f4a7c15ull + item + 0x632be59bd9b4e019ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  return z == 0 ? 1 : z;
-}
-
 bool CheckReport::passed() const { return failures() == 0; }
 
 long CheckReport::failures() const {
@@ -101,6 +92,7 @@ CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFac
     config.seed = mix_seed(options.seed, name_hash(properties[i]->name));
     report.properties.push_back(run_property(*properties[i], ctx, config));
   }
+  if (options.run_norm_sweep) report.norm_sweep = run_norm_sweep(options.norm_sweep, progress);
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }

@@ -6,10 +6,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "harness/equivalence.h"
+#include "harness/norm_sweep.h"
 #include "properties/property_runner.h"
 
 namespace gradeq {
@@ -22,6 +24,8 @@ struct GateOptions {
   std::vector<std::string> properties;   // empty: every property
   bool run_scenarios = true;
   bool run_properties = true;
+  bool run_norm_sweep = false;           // the report's normalizer study
+  NormSweepOptions norm_sweep;
   ErrorModel model;
 };
 
@@ -34,6 +38,7 @@ struct CheckReport {
   ErrorModel model;
   std::vector<ScenarioResult> scenarios;
   std::vector<PropertyRun> properties;
+  std::optional<NormSweep> norm_sweep;
   double seconds = 0.0;
 
   bool passed() const;
@@ -46,8 +51,5 @@ using ProgressSink = std::function<void(const std::string&)>;
 // Throws std::invalid_argument for unknown scenario or property names.
 CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFactory& loop = correct_loop(),
                      const ProgressSink& progress = {});
-
-// Deterministic per-item seed derived from the run seed.
-std::uint64_t mix_seed(std::uint64_t run_seed, std::uint64_t item);
 
 }  // namespace gradeq
