@@ -44,6 +44,20 @@ std::vector<ScenarioSpec> default_scenarios() {
     suite.push_back(s);
   }
   {
+    // Pre-norm blocks with RMSNorm, as in current language models.
+    ScenarioSpec s;
+    s.name = "token_ce_rmsnorm_uneven";
+    s.model.input_features = 12;
+    s.model.positions = 6;
+    s.model.layers = {{LayerKind::rms_norm, 0}, {LayerKind::linear, 24}, {LayerKind::gelu, 0},
+                      {LayerKind::linear, 12}, {LayerKind::rms_norm, 0}, {LayerKind::linear, 7}};
+    s.model.loss = LossKind::cross_entropy;
+    s.data = DataKind::padded_sequences;
+    s.split = {{1, 4, 2}, {3, 2, 2}};
+    s.seed = 18;
+    suite.push_back(s);
+  }
+  {
     // 10 micro-batches in windows of 4: the last window holds 2.
     ScenarioSpec s;
     s.name = "partial_last_window";
