@@ -2,6 +2,7 @@
 #include "harness/equivalence.h"
 
 #include <chrono>
+#include <tuple>
 #include <stdexcept>
 
 namespace gradeq {
@@ -103,6 +104,12 @@ Runs execute(const Scenario& scenario, Backend& backend, const LoopFactory& loop
   return runs;
 }
 
+const ReferenceTensor* find_optional(const ReferenceWindow& w, const std::string& name) {
+  for (const ReferenceTensor& t : w.tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
 ScenarioResult judge(const Scenario& scenario, const Runs& runs) {
   const ScenarioSpec& spec = scenario.spec;
   const bool equivalent = expects_equivalence(spec);
@@ -112,37 +119,44 @@ ScenarioResult judge(const Scenario& scenario, const Runs& runs) {
   result.kernel.kind = VerdictKind::kernel_correctness;
   result.accumulation.kind = VerdictKind::accumulation_equivalence;
   bool any_nonzero_gradient = false;
-  auto values_of = [](const RunTensor& t) { return t.values; };
+  auto add = [](Verdict& v, std::size_t w, const std::string& label, const ReferenceTensor& shape, DType d,
+                const std::vector<double>& expected, const std::vector<double>& actual,
+                const std::vector<double>& bound) {
+    TensorCheck c = compare_tensor(label, shape.rows, shape.cols, d, expected, actual, bound);
+    c.window = static_cast<long>(w);
+    v.checks.push_back(std::move(c));
+  };
   for (std::size_t w = 0; w < runs.r_full.windows.size(); ++w) {
+    // Math equivalence: whole trajectories. A tensor missing from one run
+    // (a skipped window has no gradient) shows in state/skipped instead.
     for (const ReferenceTensor& full : runs.r_full.windows[w].tensors) {
-      const std::string& name = full.name;
-      const ReferenceTensor& acc = find_tensor(runs.r_acc.windows[w], name);
-      const ReferenceTensor& full_k = find_tensor(runs.r_full_at_k_full.windows[w], name);
-      const ReferenceTensor& acc_k = find_tensor(runs.r_acc_at_k_acc.windows[w], name);
-      const ReferenceTensor& full_ka = find_tensor(runs.r_full_at_k_acc.windows[w], name);
-      const DType dtype = dtype_of(name, spec.precision);
-      const std::size_t n = full.value.size();
-      std::vector<double> math(n), kernel_full(n), kernel_acc(n), accumulation(n);
-      for (std::size_t i = 0; i < n; ++i) {
-        math[i] = math_bound(acc.reference_bound[i], full.reference_bound[i]);
-        kernel_full[i] = kernel_bound(full_k.kernel_bound[i], full_k.reference_bound[i]);
-        kernel_acc[i] = kernel_bound(acc_k.kernel_bound[i], acc_k.reference_bound[i]);
-        accumulation[i] = accumulation_bound(acc_k.kernel_bound[i], acc_k.reference_bound[i], full_ka.reference_bound[i]);
-        if (name.starts_with("grad/") && full.value[i] != 0.0) any_nonzero_gradient = true;
+      for (std::size_t i = 0; i < full.value.size(); ++i)
+        if (full.name.starts_with("grad/") && full.value[i] != 0.0) any_nonzero_gradient = true;
+      const ReferenceTensor* acc = find_optional(runs.r_acc.windows[w], full.name);
+      if (!acc) continue;
+      std::vector<double> bound(full.value.size());
+      for (std::size_t i = 0; i < bound.size(); ++i) bound[i] = math_bound(acc->reference_bound[i], full.reference_bound[i]);
+      add(result.math, w, full.name, full, DType::f32, full.value, acc->value, bound);
+    }
+    // Kernel correctness: each kernel run against the reference from its own state.
+    for (const auto& [label, expected_run, kernel_run] :
+         {std::tuple{"full: ", &runs.r_full_at_k_full, &runs.k_full}, std::tuple{"acc: ", &runs.r_acc_at_k_acc, &runs.k_acc}}) {
+      for (const ReferenceTensor& e : expected_run->windows[w].tensors) {
+        std::vector<double> bound(e.value.size());
+        for (std::size_t i = 0; i < bound.size(); ++i) bound[i] = kernel_bound(e.kernel_bound[i], e.reference_bound[i]);
+        add(result.kernel, w, label + e.name, e, dtype_of(e.name, spec.precision), e.value,
+            find_tensor(kernel_run->windows[w], e.name).values, bound);
       }
-      auto add = [&](Verdict& v, const std::string& label, DType d, const std::vector<double>& expected,
-                     const std::vector<double>& actual, const std::vector<double>& bound) {
-        TensorCheck c = compare_tensor(label, full.rows, full.cols, d, expected, actual, bound);
-        c.window = static_cast<long>(w);
-        v.checks.push_back(std::move(c));
-      };
-      add(result.math, name, DType::f32, full.value, acc.value, math);
-      add(result.kernel, "full: " + name, dtype, full_k.value, values_of(find_tensor(runs.k_full.windows[w], name)),
-          kernel_full);
-      add(result.kernel, "acc: " + name, dtype, acc_k.value, values_of(find_tensor(runs.k_acc.windows[w], name)),
-          kernel_acc);
-      add(result.accumulation, name, dtype, full_ka.value, values_of(find_tensor(runs.k_acc.windows[w], name)),
-          accumulation);
+    }
+    // Accumulation equivalence: K_acc against R_full from K_acc's state.
+    for (const ReferenceTensor& full : runs.r_full_at_k_acc.windows[w].tensors) {
+      const ReferenceTensor* acc = find_optional(runs.r_acc_at_k_acc.windows[w], full.name);
+      if (!acc) continue;
+      std::vector<double> bound(full.value.size());
+      for (std::size_t i = 0; i < bound.size(); ++i)
+        bound[i] = accumulation_bound(acc->kernel_bound[i], acc->reference_bound[i], full.reference_bound[i]);
+      add(result.accumulation, w, full.name, full, dtype_of(full.name, spec.precision), full.value,
+          find_tensor(runs.k_acc.windows[w], full.name).values, bound);
     }
   }
   conclude(result.math, !equivalent);

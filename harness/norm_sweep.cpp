@@ -102,7 +102,7 @@ NormSweep run_norm_sweep(const NormSweepOptions& o, const std::function<void(con
       for (int k = 0; k < o.seeds; ++k) {
         const ScenarioSpec spec = sweep_scenario(o, v, m, mix_seed(o.seed, static_cast<std::uint64_t>(k)));
         const Scenario sc = materialize(spec);
-        const auto start = ref::initial_state<double>(spec.model, sc.initial_params);
+        const auto start = ref::initial_state<double>(spec.model, spec.procedure, sc.initial_params);
         const auto full = ref::run_window(spec.model, spec.procedure, start, sc.windows[0], {o.total_batch});
         const auto acc = ref::run_window(spec.model, spec.procedure, start, sc.windows[0], spec.split[0]);
         double g_norm = 0.0;

@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "harness/runs.h"
@@ -20,10 +22,22 @@ namespace gradeq {
 
 ReferenceRun run_reference(const Scenario& scenario, const Split& split, const ErrorModel& model);
 
+// The optimizer state a run records, "state/<param>.<name>": SGD's momentum
+// buffer, Adam's exp_avg and exp_avg_sq (second_moment).
+struct OptimizerStateInfo {
+  std::string name;
+  std::size_t parameter = 0;
+  bool second_moment = false;
+};
+std::vector<OptimizerStateInfo> optimizer_state_layout(const ScenarioSpec& s);
+
 // Window w with the given micro-batches, from the state `before` left
 // (nullptr: the scenario's initial state, which must be the case for w = 0).
+// kernel_skipped: the kernel's loss-scaler decision for this window, which
+// the reference follows where float16 overflow is possible but not certain.
 ReferenceWindow run_reference_window(const Scenario& scenario, std::size_t w, const std::vector<long>& micro_batches,
-                                     const KernelWindow* before, const ErrorModel& model);
+                                     const KernelWindow* before, const ErrorModel& model,
+                                     std::optional<bool> kernel_skipped = std::nullopt);
 
 // Window by window, each from the state the kernel run reached before it.
 ReferenceRun run_reference_from(const Scenario& scenario, const Split& split, const KernelRun& kernel,

@@ -2,7 +2,10 @@
 // (float32 values held as float64) and the reference's (values with their
 // propagated bounds). Names: "grad/<param>" (the window's accumulated
 // gradient, after unscaling), "param/<param>" (weights after the step),
-// "stats/<buffer>" (BatchNorm running statistics after the window).
+// "stats/<buffer>" (BatchNorm running statistics after the window),
+// "state/<param>.<name>" (optimizer state), "state/step" (optimizer steps
+// taken), and with dynamic loss scaling "state/loss_scale",
+// "state/good_steps", "state/skipped". A skipped window has no "grad/".
 #pragma once
 
 #include <string>
@@ -18,7 +21,8 @@ struct RunTensor {
 
 struct KernelWindow {
   std::vector<RunTensor> tensors;
-  double loss = 0.0;  // normalized loss of the window
+  double loss = 0.0;     // normalized loss of the window
+  bool skipped = false;  // dynamic loss scaling skipped the step
 };
 
 struct KernelRun {
@@ -34,6 +38,7 @@ struct ReferenceTensor {
 struct ReferenceWindow {
   std::vector<ReferenceTensor> tensors;
   double loss = 0.0;
+  bool skipped = false;
 };
 
 struct ReferenceRun {

@@ -168,8 +168,26 @@ void validate(const ScenarioSpec& s) {
     throw std::invalid_argument("data: padded_sequences needs the cross_entropy loss (padding is an ignore mask)");
   if (!(s.procedure.optimizer.lr > 0.0) || !std::isfinite(s.procedure.optimizer.lr))
     throw std::invalid_argument("optimizer: learning rate must be finite and > 0");
-  if (!is_power_of_two(s.procedure.loss_scale))
+  const ref::LossScaling& ls = s.procedure.loss_scaling;
+  if (!is_power_of_two(ls.scale))
     throw std::invalid_argument("precision: loss scale must be a power of two (so scaling is exact)");
+  if (ls.dynamic && (!is_power_of_two(ls.growth_factor) || !is_power_of_two(ls.backoff_factor) ||
+                     ls.growth_factor <= 1.0 || ls.backoff_factor >= 1.0 || ls.growth_interval < 1))
+    throw std::invalid_argument("precision: dynamic loss scaling needs power-of-two growth > 1 and backoff < 1, "
+                                "and a growth interval >= 1");
+  const ref::OptimizerSpec& o = s.procedure.optimizer;
+  if (o.momentum < 0.0 || o.dampening < 0.0 || o.dampening > 1.0 || o.weight_decay < 0.0)
+    throw std::invalid_argument("optimizer: momentum, dampening (<= 1) and weight decay must be >= 0");
+  if (o.nesterov && (o.momentum == 0.0 || o.dampening != 0.0))
+    throw std::invalid_argument("optimizer: nesterov needs momentum > 0 and zero dampening (as in PyTorch)");
+  if (o.kind != ref::OptimizerKind::sgd &&
+      !(o.beta1 >= 0.0 && o.beta1 < 1.0 && o.beta2 >= 0.0 && o.beta2 < 1.0 && o.eps > 0.0))
+    throw std::invalid_argument("optimizer: adam needs betas in [0, 1) and eps > 0");
+  if (s.procedure.clip.enabled && !(s.procedure.clip.max_norm > 0.0))
+    throw std::invalid_argument("clip: max_norm must be > 0");
+  const ref::ScheduleSpec& sch = s.procedure.schedule;
+  if (sch.warmup_cosine && (sch.warmup_steps < 0 || sch.total_steps <= sch.warmup_steps))
+    throw std::invalid_argument("schedule: warmup_cosine needs 0 <= warmup_steps < total_steps");
 }
 
 std::uint64_t mix_seed(std::uint64_t run_seed, std::uint64_t item) {

@@ -1,6 +1,7 @@
 // tolerance.cpp — dtype facts into the reference's RoundingModel.
 #include "harness/tolerance.h"
 
+#include <cmath>
 #include <sstream>
 
 namespace gradeq {
@@ -8,8 +9,11 @@ namespace {
 ref::StorageFormat storage_format(DType t) {
   const DTypeFacts f = dtype_facts(t);
   // A float32 register stored as float32 is exact: no rounding added.
-  if (t == DType::f32) return {0.0, 0.0, f.significand_bits, -126};
-  return {f.unit_roundoff, f.underflow_floor, f.significand_bits, t == DType::f16 ? -14 : -126};
+  if (t == DType::f32) return {0.0, 0.0, f.significand_bits, -126, HUGE_VAL};
+  // Stores round to nearest: the overflow threshold is the midpoint above
+  // the largest finite value, max + ulp(max) / 2.
+  const double threshold = f.max_finite + std::ldexp(1.0, std::ilogb(f.max_finite) - f.significand_bits);
+  return {f.unit_roundoff, f.underflow_floor, f.significand_bits, t == DType::f16 ? -14 : -126, threshold};
 }
 }  // namespace
 

@@ -1,6 +1,8 @@
 // training_loop.cpp — the correct accumulation procedure on a Backend.
 #include "harness/training_loop.h"
 
+#include "harness/reference_run.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -49,6 +51,29 @@ long statistics_groups(const NormConfig& c, long rows, long cols) {
 
 }  // namespace
 
+OptimizerStep make_optimizer_step(const ref::OptimizerSpec& o, double lr, long step) {
+  OptimizerStep s;
+  s.kind = o.kind == ref::OptimizerKind::sgd    ? OptimizerKind::sgd
+           : o.kind == ref::OptimizerKind::adam ? OptimizerKind::adam
+                                                : OptimizerKind::adamw;
+  s.lr = static_cast<float>(lr);
+  s.momentum = static_cast<float>(o.momentum);
+  s.one_minus_dampening = static_cast<float>(1.0 - o.dampening);
+  s.nesterov = o.nesterov;
+  s.first_step = step == 0;
+  s.weight_decay = static_cast<float>(o.weight_decay);
+  s.beta1 = static_cast<float>(o.beta1);
+  s.one_minus_beta1 = static_cast<float>(1.0 - o.beta1);
+  s.beta2 = static_cast<float>(o.beta2);
+  s.one_minus_beta2 = static_cast<float>(1.0 - o.beta2);
+  s.eps = static_cast<float>(o.eps);
+  const double t = static_cast<double>(step + 1);
+  s.step_size = static_cast<float>(lr / (1.0 - std::pow(o.beta1, t)));
+  s.inv_sqrt_bias_correction2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(o.beta2, t)));
+  s.decay = static_cast<float>(1.0 - lr * o.weight_decay);
+  return s;
+}
+
 TrainingLoop::~TrainingLoop() { release_all(); }
 
 void TrainingLoop::release_all() {
@@ -62,10 +87,11 @@ void TrainingLoop::allocate(const Scenario& s, long max_rows) {
   const ref::ModelSpec& m = s.spec.model;
   const std::vector<ref::ParameterInfo> layout = ref::parameter_layout(m);
   const std::vector<long> widths = ref::layer_widths(m);
-  const DType compute = s.spec.precision.compute;
-  params_.assign(layout.size(), {});
-  compute_params_.assign(layout.size(), {});
-  grads_.assign(layout.size(), {});
+  const DType compute = s.spec.precision.compute, accumulate = s.spec.precision.accumulate;
+  const bool compensated = s.spec.procedure.compensated;
+  const std::size_t n = layout.size();
+  for (auto* list : {&params_, &compute_params_, &grads_, &staging_, &compensation_, &optimizer_a_, &optimizer_b_})
+    list->assign(compensated || (list != &staging_ && list != &compensation_) ? n : 0, Tensor{});
   activations_.assign(widths.size(), {});
   activation_grads_.assign(widths.size(), {});
   saved_mean_.assign(m.layers.size(), {});
@@ -76,16 +102,25 @@ void TrainingLoop::allocate(const Scenario& s, long max_rows) {
     t = backend_.allocate(rows, cols, d);
     owned_.push_back(&t);
   };
-  for (std::size_t p = 0; p < layout.size(); ++p) {
-    own(params_[p], layout[p].rows, layout[p].cols, DType::f32);
-    own(grads_[p], layout[p].rows, layout[p].cols, s.spec.precision.accumulate);
+  for (std::size_t p = 0; p < n; ++p) {
+    const long rows = layout[p].rows, cols = layout[p].cols;
+    own(params_[p], rows, cols, DType::f32);
+    own(grads_[p], rows, cols, accumulate);
+    own(optimizer_a_[p], rows, cols, DType::f32);
+    own(optimizer_b_[p], rows, cols, DType::f32);
+    if (compensated) {
+      own(staging_[p], rows, cols, DType::f32);
+      own(compensation_[p], rows, cols, accumulate);
+    }
     if (compute == DType::f32) {
       compute_params_[p] = params_[p];
     } else {
-      own(compute_params_[p], layout[p].rows, layout[p].cols, compute);
+      own(compute_params_[p], rows, cols, compute);
     }
     backend_.upload(params_[p], to_float(s.initial_params[p]));
   }
+  backend_.zero(optimizer_a_);
+  backend_.zero(optimizer_b_);
   for (std::size_t l = 0; l < widths.size(); ++l) {
     own(activations_[l], max_rows, widths[l], compute);
     own(activation_grads_[l], max_rows, widths[l], compute);
@@ -111,10 +146,13 @@ KernelRun TrainingLoop::run(const Scenario& scenario, const Split& split) {
     max_rows = std::max(max_rows, *std::max_element(w.begin(), w.end()) * scenario.spec.model.positions);
   allocate(scenario, max_rows);
   step_ = 0;
+  loss_scale_ = procedure().loss_scaling.scale;
+  good_steps_ = 0;
 
   KernelRun out;
   for (std::size_t w = 0; w < split.size(); ++w) {
     window_loss_ = 0.0;
+    skipped_ = false;
     run_window(scenario.windows[w], split[w]);
     out.windows.push_back(record_window());
   }
@@ -126,18 +164,32 @@ KernelRun TrainingLoop::run(const Scenario& scenario, const Split& split) {
 KernelWindow TrainingLoop::record_window() {
   KernelWindow out;
   out.loss = window_loss_;
+  out.skipped = skipped_;
+  auto download = [&](const Tensor& t) {
+    std::vector<float> host(static_cast<std::size_t>(t.size()));
+    backend_.download(t, host);
+    return std::vector<double>(host.begin(), host.end());
+  };
   auto record = [&](const std::string& prefix, const std::vector<Tensor>& ts,
                     const std::vector<ref::ParameterInfo>& names) {
-    for (std::size_t p = 0; p < ts.size(); ++p) {
-      std::vector<float> host(static_cast<std::size_t>(ts[p].size()));
-      backend_.download(ts[p], host);
-      out.tensors.push_back({prefix + names[p].name, ts[p].rows, ts[p].cols, {host.begin(), host.end()}});
-    }
+    for (std::size_t p = 0; p < ts.size(); ++p)
+      out.tensors.push_back({prefix + names[p].name, ts[p].rows, ts[p].cols, download(ts[p])});
   };
+  auto scalar = [&](const std::string& name, double v) { out.tensors.push_back({"state/" + name, 1, 1, {v}}); };
   const ref::ModelSpec& m = scenario_->spec.model;
   record("grad/", grads_, ref::parameter_layout(m));
   record("param/", params_, ref::parameter_layout(m));
   record("stats/", buffers_, ref::buffer_layout(m));
+  for (const OptimizerStateInfo& o : optimizer_state_layout(scenario_->spec)) {
+    const Tensor& t = (o.second_moment ? optimizer_b_ : optimizer_a_)[o.parameter];
+    out.tensors.push_back({"state/" + o.name, t.rows, t.cols, download(t)});
+  }
+  scalar("step", static_cast<double>(step_));
+  if (procedure().loss_scaling.dynamic) {
+    scalar("loss_scale", loss_scale_);
+    scalar("good_steps", static_cast<double>(good_steps_));
+    scalar("skipped", skipped_ ? 1.0 : 0.0);
+  }
   return out;
 }
 
@@ -151,7 +203,10 @@ void TrainingLoop::run_window(const ref::Batch& window, const std::vector<long>&
   finish_window();
 }
 
-void TrainingLoop::zero_gradients() { backend_.zero(grads_); }
+void TrainingLoop::zero_gradients() {
+  backend_.zero(grads_);
+  backend_.zero(compensation_);
+}
 
 void TrainingLoop::refresh_compute_weights() {
   for (std::size_t p = 0; p < params_.size(); ++p)
@@ -170,20 +225,65 @@ std::vector<std::pair<long, long>> TrainingLoop::micro_batch_ranges(const std::v
 
 std::vector<float> TrainingLoop::loss_scales(const ref::Batch& window,
                                              const std::vector<std::pair<long, long>>& ranges) {
-  const ref::ProcedureConfig& config = scenario_->spec.procedure;
   std::vector<long> counts;
   for (const auto& r : ranges) counts.push_back(r.second);
   std::vector<float> scales;
-  for (double s : ref::micro_batch_scales(config, scenario_->spec.model.loss, window, counts))
-    scales.push_back(static_cast<float>(s));
+  for (double s : ref::micro_batch_scales(procedure(), scenario_->spec.model.loss, window, counts))
+    scales.push_back(static_cast<float>(s * loss_scale_));  // the loss scale is a power of two: exact
   return scales;
 }
 
 double TrainingLoop::micro_batch(const ref::Batch& micro_batch, float scale) {
-  return forward_loss_backward(micro_batch, scale);
+  if (!procedure().compensated) return forward_loss_backward(micro_batch, scale, grads_);
+  backend_.zero(staging_);
+  const double loss = forward_loss_backward(micro_batch, scale, staging_);
+  backend_.accumulate(grads_, staging_, compensation_);
+  return loss;
 }
 
-double TrainingLoop::forward_loss_backward(const ref::Batch& mb, float scale) {
+void TrainingLoop::finish_window() {
+  unscale_gradients();
+  const ref::LossScaling& ls = procedure().loss_scaling;
+  if (ls.dynamic && !backend_.all_finite(grads_)) {
+    // Overflow: skip the step, back off; the schedule does not advance.
+    skipped_ = true;
+    loss_scale_ *= ls.backoff_factor;
+    good_steps_ = 0;
+    return;
+  }
+  clip_gradients();
+  optimizer_step();
+  if (ls.dynamic && ++good_steps_ == ls.growth_interval) {
+    loss_scale_ *= ls.growth_factor;
+    good_steps_ = 0;
+  }
+}
+
+void TrainingLoop::unscale_gradients() {
+  if (loss_scale_ == 1.0) return;
+  backend_.scale(grads_, static_cast<float>(1.0 / loss_scale_));
+  window_loss_ /= loss_scale_;
+}
+
+void TrainingLoop::clip_gradients() {
+  const ref::ClipSpec& c = procedure().clip;
+  if (!c.enabled) return;
+  const float norm = backend_.global_norm(grads_);
+  const float coefficient = static_cast<float>(c.max_norm) / (norm + static_cast<float>(ref::kClipEpsilon));
+  if (coefficient < 1.0f) backend_.scale(grads_, coefficient);
+}
+
+double TrainingLoop::learning_rate() {
+  return procedure().optimizer.lr * ref::schedule_multiplier(procedure().schedule, step_);
+}
+
+void TrainingLoop::optimizer_step() {
+  backend_.optimizer_step(make_optimizer_step(procedure().optimizer, learning_rate(), step_), params_, grads_,
+                          optimizer_a_, optimizer_b_);
+  ++step_;
+}
+
+double TrainingLoop::forward_loss_backward(const ref::Batch& mb, float scale, const std::vector<Tensor>& grad_targets) {
   const ref::ModelSpec& m = scenario_->spec.model;
   const std::vector<long> first = ref::first_parameter(m), first_buffer = ref::first_buffer(m);
   const long rows = mb.rows();
@@ -234,7 +334,7 @@ double TrainingLoop::forward_loss_backward(const ref::Batch& mb, float scale) {
   for (std::size_t l = m.layers.size(); l-- > 0;) {
     const Tensor x = act(l), dy = dact(l + 1), dx = dact(l);
     const Tensor* p = compute_params_.data() + first[l];
-    const Tensor* g = grads_.data() + first[l];
+    const Tensor* g = grad_targets.data() + first[l];
     backend_.fill(dx, kPoison);
     switch (m.layers[l].kind) {
       case ref::LayerKind::linear:
@@ -255,24 +355,6 @@ double TrainingLoop::forward_loss_backward(const ref::Batch& mb, float scale) {
     }
   }
   return loss_sum * static_cast<double>(scale);
-}
-
-void TrainingLoop::finish_window() {
-  const double loss_scale = scenario_->spec.procedure.loss_scale;
-  if (loss_scale != 1.0) {
-    backend_.scale(grads_, static_cast<float>(1.0 / loss_scale));
-    window_loss_ /= loss_scale;
-  }
-  optimizer_step();
-}
-
-void TrainingLoop::optimizer_step() {
-  const ref::OptimizerSpec& o = scenario_->spec.procedure.optimizer;
-  OptimizerStep step;
-  step.kind = OptimizerKind::sgd;
-  step.lr = static_cast<float>(o.lr);
-  backend_.optimizer_step(step, params_, grads_, {}, {});
-  ++step_;
 }
 
 }  // namespace gradeq

@@ -1,14 +1,17 @@
 // training_loop.h — the training-step driver: the accumulation procedure of
 // reference/procedure.h, executed on a Backend.
 //
-//   for each window:  zero -> for each micro-batch (forward, scaled loss,
-//                     backward accumulating into the gradient buffer)
-//                     -> unscale -> optimizer step
+//   for each window:  zero -> for each micro-batch (forward, loss scaled by
+//                     S / normalizer, backward accumulating into the
+//                     gradient buffer) -> unscale by 1/S -> [dynamic loss
+//                     scaling: skip on overflow] -> clip -> schedule ->
+//                     optimizer step
 //
 // The loop is a policy: each step is a virtual function, so that the bugs
 // that live in the loop rather than in a kernel (step or zero_grad per
-// micro-batch, wrong normalizer, bad slicing) are small subclasses in
-// kernels/mutants. The loop owns the backend tensors of one run.
+// micro-batch, wrong normalizer, clip or schedule per micro-batch, bad
+// slicing) are small subclasses in kernels/mutants. The loop owns the
+// backend tensors of one run.
 #pragma once
 
 #include <string>
@@ -21,6 +24,10 @@
 
 namespace gradeq {
 
+// The constants of one optimizer step, from the configuration, this step's
+// learning rate and the number of steps taken before it.
+OptimizerStep make_optimizer_step(const ref::OptimizerSpec& o, double lr, long step);
+
 class TrainingLoop {
  public:
   explicit TrainingLoop(Backend& backend) : backend_(backend) {}
@@ -29,8 +36,9 @@ class TrainingLoop {
   TrainingLoop& operator=(const TrainingLoop&) = delete;
 
   // Runs every window of `split` on the scenario's data, from its initial
-  // parameters. Records after each window its gradient, the parameters and
-  // the BatchNorm running statistics (runs.h).
+  // state. Records after each window its gradient, the parameters, the
+  // BatchNorm running statistics and the optimizer / loss-scaler state
+  // (harness/runs.h).
   KernelRun run(const Scenario& scenario, const Split& split);
 
  protected:
@@ -39,34 +47,47 @@ class TrainingLoop {
   virtual void zero_gradients();
   // Sample ranges [first, first + count) of each micro-batch in the window.
   virtual std::vector<std::pair<long, long>> micro_batch_ranges(const std::vector<long>& micro_batches);
-  // The factor each micro-batch's loss gradient is multiplied by.
+  // The factor each micro-batch's loss gradient is multiplied by: the loss
+  // scale over the normalizer.
   virtual std::vector<float> loss_scales(const ref::Batch& window, const std::vector<std::pair<long, long>>& ranges);
-  // forward, loss, backward for one micro-batch; returns its scaled loss.
+  // forward, loss, backward for one micro-batch, accumulated into the
+  // window's gradient; returns its normalized loss.
   virtual double micro_batch(const ref::Batch& micro_batch, float scale);
-  virtual void finish_window();  // unscale, optimizer step
+  virtual void finish_window();  // unscale, overflow check, clip, step
+  virtual void unscale_gradients();
+  virtual void clip_gradients();
+  virtual double learning_rate();  // this step's, from the schedule
+  virtual void optimizer_step();
 
   // ---- pieces the steps are made of
   void refresh_compute_weights();
-  double forward_loss_backward(const ref::Batch& micro_batch, float scale);
-  void optimizer_step();
+  // Forward, loss with `scale`, backward accumulating into `grad_targets`.
+  double forward_loss_backward(const ref::Batch& micro_batch, float scale, const std::vector<Tensor>& grad_targets);
+  const ref::ProcedureConfig& procedure() const { return scenario_->spec.procedure; }
 
   Backend& backend_;
   const Scenario* scenario_ = nullptr;
   std::vector<Tensor> params_;          // master weights, float32
   std::vector<Tensor> compute_params_;  // what forward/backward read (params_ when compute is float32)
   std::vector<Tensor> grads_;           // accumulation buffers
+  std::vector<Tensor> staging_;         // compensated mode: one micro-batch's gradient, float32
+  std::vector<Tensor> compensation_;    // compensated mode: Kahan terms, accumulation dtype
+  std::vector<Tensor> optimizer_a_, optimizer_b_;  // optimizer state, float32
   std::vector<Tensor> activations_;     // input of each layer, then the output; max rows
   std::vector<Tensor> activation_grads_;
   std::vector<Tensor> saved_mean_, saved_rstd_;  // per layer (empty unless a normalizer)
   std::vector<Tensor> buffers_;                   // BatchNorm running statistics, float32
   Tensor targets_;
   double window_loss_ = 0.0;
-  long step_ = 0;
+  long step_ = 0;           // optimizer steps taken
+  double loss_scale_ = 1.0;
+  long good_steps_ = 0;     // steps since the loss scale last changed
+  bool skipped_ = false;    // this window's step was skipped (overflow)
 
  private:
   void allocate(const Scenario& s, long max_rows);
-  KernelWindow record_window();
   void release_all();
+  KernelWindow record_window();
   std::vector<Tensor*> owned_;
 };
 

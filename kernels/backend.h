@@ -54,11 +54,25 @@ enum class LossKind {
   cross_entropy,  // per row: -log softmax(y)[class]; targets hold the class, -100 = ignore
 };
 
-enum class OptimizerKind { sgd };
+enum class OptimizerKind { sgd, adam, adamw };
 
+// One optimizer step's constants, as float32. Everything derived from the
+// hyper-parameters (1 - beta, bias corrections, AdamW's decay factor) is
+// computed by the caller in float64 and rounded once, so that every
+// backend and the reference use the same constants.
 struct OptimizerStep {
   OptimizerKind kind = OptimizerKind::sgd;
   float lr = 0.0f;  // this step's learning rate (schedule already applied)
+  // SGD: g += weight_decay p; buf = first_step ? g : momentum buf + (1 - dampening) g;
+  //      g = nesterov ? g + momentum buf : buf (when momentum != 0); p -= lr g
+  float momentum = 0.0f, one_minus_dampening = 1.0f;
+  bool nesterov = false, first_step = false;
+  float weight_decay = 0.0f;  // SGD and Adam: L2 on the gradient
+  // Adam / AdamW: m = beta1 m + (1 - beta1) g; v = beta2 v + (1 - beta2) g^2;
+  //   p -= step_size * m / (sqrt(v) * inv_sqrt_bias_correction2 + eps),
+  //   step_size = lr / (1 - beta1^t); AdamW first p *= decay = 1 - lr wd.
+  float beta1 = 0.9f, one_minus_beta1 = 0.1f, beta2 = 0.999f, one_minus_beta2 = 0.001f, eps = 1e-8f;
+  float step_size = 0.0f, inv_sqrt_bias_correction2 = 1.0f, decay = 1.0f;
 };
 
 class Backend {

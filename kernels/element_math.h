@@ -42,6 +42,27 @@ GRADEQ_HD inline void kahan_add(float& sum, float& comp, float value, DType t) {
   sum = s;
 }
 
-GRADEQ_HD inline float sgd_update(float p, float g, float lr) { return p - lr * g; }
+// One SGD step on one element (momentum buffer `buf` used when momentum != 0).
+GRADEQ_HD inline void sgd_update(float& p, float g, float& buf, float lr, float momentum, float one_minus_dampening,
+                                 bool nesterov, bool first_step, float weight_decay) {
+  if (weight_decay != 0.0f) g = g + weight_decay * p;
+  if (momentum != 0.0f) {
+    buf = first_step ? g : momentum * buf + one_minus_dampening * g;
+    g = nesterov ? g + momentum * buf : buf;
+  }
+  p = p - lr * g;
+}
+
+// One Adam (adamw = false, L2 weight decay) or AdamW (decoupled decay) step.
+GRADEQ_HD inline void adam_update(float& p, float g, float& m, float& v, bool adamw, float weight_decay, float decay,
+                                  float beta1, float one_minus_beta1, float beta2, float one_minus_beta2, float eps,
+                                  float step_size, float inv_sqrt_bias_correction2) {
+  if (!adamw && weight_decay != 0.0f) g = g + weight_decay * p;
+  if (adamw && weight_decay != 0.0f) p = p * decay;
+  m = beta1 * m + one_minus_beta1 * g;
+  v = beta2 * v + one_minus_beta2 * (g * g);
+  const float denom = sqrtf(v) * inv_sqrt_bias_correction2 + eps;
+  p = p - step_size * (m / denom);
+}
 
 }  // namespace gradeq::element

@@ -8,7 +8,15 @@ const RoundingModel& default_model() {
   return model;
 }
 thread_local const RoundingModel* active_model = nullptr;
+thread_local OverflowTally tally;
 }  // namespace
+
+OverflowTally overflow_tally() { return tally; }
+
+void count_overflow(bool possible, bool certain) {
+  tally.possible += possible;
+  tally.certain += certain;
+}
 
 const RoundingModel& rounding_model() { return active_model ? *active_model : default_model(); }
 

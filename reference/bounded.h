@@ -38,7 +38,19 @@ struct StorageFormat {
   double underflow_floor = 0x1p-150;  // absolute error of a store that underflows
   int significand_bits = 24;          // with the hidden bit
   int min_exponent = -126;            // of the smallest normal number
+  // Exact values at or above this round to Inf when stored (the midpoint
+  // above the largest finite value; 65520 for float16).
+  double overflow_threshold = std::numeric_limits<double>::infinity();
 };
+
+// Stores that may / must overflow, counted on this thread (float16 under
+// loss scaling). A store may overflow when |v| + error reaches the
+// threshold and must when |v| - error does.
+struct OverflowTally {
+  long possible = 0, certain = 0;
+};
+OverflowTally overflow_tally();
+void count_overflow(bool possible, bool certain);
 
 // Whether v is a value of a binary format with p significand bits and
 // smallest normal exponent e_min (ignoring overflow, bounded separately).
@@ -178,6 +190,29 @@ inline Bounded operator/(const Bounded& a, const Bounded& b) {
   return detail::rounded(v, k, r, detail::quotient_exact(a.value, b.value, v));
 }
 
+// a / d where d is known to be at least `floor` > 0 in exact arithmetic and
+// in the kernel (Adam's sqrt(v) + eps). Unlike a / d in general this never
+// becomes unbounded: with d_lo = max(floor, d - e_d),
+//   |a'/d' - a/d| <= e_a / d_lo + |a| (1/d_lo - 1/d).
+inline double divide_by_positive(double a, double d, double /*floor*/) { return a / d; }
+
+namespace detail {
+inline double positive_quotient_error(double a, double ea, double d, double ed, double floor) {
+  if (ea == 0.0 && ed == 0.0) return 0.0;
+  // The kernel's d is the rounded value of a quantity >= floor: allow it
+  // to sit one rounding below.
+  const double lowest = std::max(floor * (1.0 - 0x1p-22), d - ed);
+  return ea / lowest + std::abs(a) * (1.0 / lowest - 1.0 / d);
+}
+}  // namespace detail
+
+inline Bounded divide_by_positive(const Bounded& a, const Bounded& d, double floor) {
+  const double v = a.value / d.value;
+  const double k = detail::positive_quotient_error(a.value, a.kernel, d.value, d.kernel, floor);
+  const double r = detail::positive_quotient_error(a.value, a.reference, d.value, d.reference, floor);
+  return detail::rounded(v, k, r, detail::quotient_exact(a.value, d.value, v));
+}
+
 inline Bounded& operator+=(Bounded& a, const Bounded& b) { return a = a + b; }
 inline Bounded& operator-=(Bounded& a, const Bounded& b) { return a = a - b; }
 inline Bounded& operator*=(Bounded& a, const Bounded& b) { return a = a * b; }
@@ -285,6 +320,8 @@ inline Bounded tanh(const Bounded& x) {
 inline double store(double x, Storage) { return x; }
 inline Bounded store(const Bounded& x, Storage where) {
   const StorageFormat& f = rounding_model().format(where);
+  if (std::abs(x.value) + x.kernel >= f.overflow_threshold)
+    count_overflow(true, std::abs(x.value) - x.kernel >= f.overflow_threshold);
   if (f.unit_roundoff == 0.0) return x;  // same format as the registers
   if (x.kernel == 0.0 && representable(x.value, f.significand_bits, f.min_exponent)) return x;
   return Bounded::with_bounds(x.value, x.kernel + f.unit_roundoff * (std::abs(x.value) + x.kernel) + f.underflow_floor,
@@ -328,10 +365,45 @@ Bounded reduce_sum(long n, F&& term, const Bounded& /*tag*/) {
   return Bounded::with_bounds(v, k, r);
 }
 
-// reduce<T>(n, term): the generic entry point.
+// Kahan-compensated sum of n terms into a buffer stored in `where`:
+// |error| <= (2u + 4 n u^2) sum |t_i| (Knuth; Higham, Accuracy and
+// Stability, 2nd ed., (4.10)), u the buffer's unit roundoff (float32
+// arithmetic when the buffer is float32). Terms arrive in order 0..n-1.
+template <class F>
+double compensated_sum(long n, F&& term, Storage, double /*tag*/) {
+  double s = 0.0;
+  for (long i = 0; i < n; ++i) s += term(i);
+  return s;
+}
+
+template <class F>
+Bounded compensated_sum(long n, F&& term, Storage where, const Bounded& /*tag*/) {
+  double v = 0.0, k = 0.0, r = 0.0, magnitude = 0.0, kernel_magnitude = 0.0;
+  for (long i = 0; i < n; ++i) {
+    const Bounded t = term(i);
+    v += t.value;
+    k += t.kernel;
+    r += t.reference;
+    magnitude += std::abs(t.value);
+    kernel_magnitude += std::abs(t.value) + t.kernel;
+  }
+  const RoundingModel& m = rounding_model();
+  const double u = std::max(m.format(where).unit_roundoff, m.arithmetic_u);
+  const double nd = static_cast<double>(n);
+  k += (2.0 * u + 4.0 * nd * u * u) * kernel_magnitude + m.format(where).underflow_floor * nd;
+  r += reference_gamma(n) * magnitude;
+  return Bounded::with_bounds(v, k, r);
+}
+
+// reduce<T>(n, term) and compensated<T>(n, term, where): the generic entry points.
 template <class T, class F>
 T reduce(long n, F&& term) {
   return reduce_sum(n, std::forward<F>(term), T{});
+}
+
+template <class T, class F>
+T compensated(long n, F&& term, Storage where) {
+  return compensated_sum(n, std::forward<F>(term), where, T{});
 }
 
 }  // namespace gradeq::ref

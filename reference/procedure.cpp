@@ -33,7 +33,7 @@ std::vector<double> micro_batch_scales(const ProcedureConfig& config, LossKind l
       case Normalization::equal_split: normalizer = n * static_cast<double>(items); break;
     }
     // A window (or micro-batch) with no items contributes nothing.
-    scales.push_back(normalizer > 0.0 ? config.loss_scale / normalizer : 0.0);
+    scales.push_back(normalizer > 0.0 ? 1.0 / normalizer : 0.0);
   }
   return scales;
 }

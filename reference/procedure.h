@@ -10,6 +10,7 @@
 // the step happens once, after the last micro-batch. No I/O, no harness types.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "reference/losses.h"
@@ -47,23 +48,44 @@ enum class BatchNormMode {
                     // (extra passes over the window), one running update per window
 };
 
-struct ProcedureConfig {
-  Normalization normalization = Normalization::global_count;
-  double loss_scale = 1.0;   // a power of two; gradients are unscaled once per window
-  bool compute_copy = false; // the kernel computes with a copy of the weights in the compute dtype
-  BatchNormMode batch_norm = BatchNormMode::per_micro_batch;
-  OptimizerSpec optimizer;
+// Loss scaling (float16 training): each micro-batch's loss gradient is
+// multiplied by S and the window's gradient by 1/S, once, before clipping.
+// Dynamic: S is constant within a window; a window whose scaled gradients
+// overflow is skipped (no step, no schedule advance) and S backs off;
+// after growth_interval good steps S grows (torch.cuda.amp.GradScaler).
+struct LossScaling {
+  double scale = 1.0;  // a power of two; the initial scale when dynamic
+  bool dynamic = false;
+  double growth_factor = 2.0, backoff_factor = 0.5;
+  long growth_interval = 2000;
 };
 
-// The loss scale each micro-batch's gradient is multiplied by.
+struct ProcedureConfig {
+  Normalization normalization = Normalization::global_count;
+  LossScaling loss_scaling;
+  bool compute_copy = false;  // the kernel computes with a copy of the weights in the compute dtype
+  // Kahan-compensated accumulation: each micro-batch's gradient lands in a
+  // float32 staging buffer, then is added to the accumulation buffer with a
+  // compensation term of the buffer's dtype.
+  bool compensated = false;
+  BatchNormMode batch_norm = BatchNormMode::per_micro_batch;
+  OptimizerSpec optimizer;
+  ClipSpec clip;
+  ScheduleSpec schedule;
+};
+
+// 1 / normalizer for each micro-batch (the loss scale not included).
 std::vector<double> micro_batch_scales(const ProcedureConfig& config, LossKind loss, const Batch& window,
                                        const std::vector<long>& micro_batch_samples);
 
 template <class T>
 struct WindowGradients {
   Tensors<T> grads;         // after unscaling: the window's gradient G
-  T loss;                   // sum_b s_b * S_b / loss_scale: the window's normalized loss
+  T loss;                   // sum_b S_b / normalizer_b: the window's normalized loss
   long forward_passes = 1;  // passes over the window's data the procedure needed
+  // Whether a stored value may / must exceed its dtype's range (float16
+  // overflow under loss scaling), as the error model sees it.
+  bool overflow_possible = false, overflow_certain = false;
 };
 
 template <class T>
@@ -127,11 +149,12 @@ long exact_window_norms(const ModelSpec& spec, const Tensors<T>& weights, const 
 template <class T>
 WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfig& config, const Tensors<T>& params,
                                      Tensors<T>& buffers, const Batch& window,
-                                     const std::vector<long>& micro_batch_samples) {
+                                     const std::vector<long>& micro_batch_samples, double loss_scale = 1.0) {
   Tensors<T> weights = params;
   if (config.compute_copy)
     for (auto& w : weights) w = stored(w, Storage::compute);
-  const std::vector<double> scales = micro_batch_scales(config, spec.loss, window, micro_batch_samples);
+  std::vector<double> scales = micro_batch_scales(config, spec.loss, window, micro_batch_samples);
+  for (double& s : scales) s *= loss_scale;  // a power of two: exact
   std::vector<Batch> micro_batches;
   long first_sample = 0;
   for (long n : micro_batch_samples) {
@@ -145,6 +168,8 @@ WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfi
   if (exact_bn) out.forward_passes += detail::exact_window_norms(spec, weights, micro_batches, scales, window_norms);
 
   std::vector<T> losses;
+  std::vector<Tensors<T>> staged;  // compensated mode: every micro-batch's gradient, float32
+  const OverflowTally tally_before = overflow_tally();
   for (std::size_t b = 0; b < micro_batches.size(); ++b) {
     const Batch& mb = micro_batches[b];
     const Tape<T> tape =
@@ -156,6 +181,10 @@ WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfi
     const Tensors<T> g = backward_with_layer_grads(spec, weights, tape, stored(loss.dy, Storage::compute),
                                                    exact_bn ? &window_norms : nullptr)
                              .grads;
+    if (config.compensated) {
+      staged.push_back(g);
+      continue;
+    }
     for (std::size_t p = 0; p < g.size(); ++p) {
       if (b == 0) {
         out.grads[p] = stored(g[p], Storage::accumulate);
@@ -165,6 +194,14 @@ WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfi
       }
     }
   }
+  if (config.compensated)
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      out.grads[p] = Matrix<T>(params[p].rows(), params[p].cols());
+      for (long i = 0; i < out.grads[p].size(); ++i)
+        out.grads[p].data()[i] = compensated<T>(static_cast<long>(staged.size()), [&](long b) {
+          return staged[b][p].data()[i];
+        }, Storage::accumulate);
+    }
   if (exact_bn) {
     const std::vector<long> first_buf = first_buffer(spec);
     for (std::size_t l = 0; l < spec.layers.size(); ++l)
@@ -174,36 +211,65 @@ WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfi
   }
   for (auto& b : buffers) b = stored(b, Storage::master);
   out.loss = reduce<T>(static_cast<long>(losses.size()), [&](long b) { return losses[b]; });
-  if (config.loss_scale != 1.0) {
-    const T unscale(1.0 / config.loss_scale);
+  if (loss_scale != 1.0) {
+    const T unscale(1.0 / loss_scale);
     for (auto& g : out.grads) g = stored(Matrix<T>(g * unscale), Storage::accumulate);
     out.loss = out.loss * unscale;
   }
+  const OverflowTally tally_after = overflow_tally();
+  out.overflow_possible = tally_after.possible > tally_before.possible;
+  out.overflow_certain = tally_after.certain > tally_before.certain;
   return out;
 }
 
 // Everything a window starts from and leaves behind.
 template <class T>
 struct TrainingState {
-  Tensors<T> params;   // master weights
-  Tensors<T> buffers;  // BatchNorm running statistics
-  long step = 0;       // optimizer steps taken so far
+  Tensors<T> params;        // master weights
+  Tensors<T> buffers;       // BatchNorm running statistics
+  Tensors<T> optimizer_a;   // SGD momentum buffer / Adam's m, per parameter
+  Tensors<T> optimizer_b;   // Adam's v, per parameter
+  long step = 0;            // optimizer steps taken (skipped windows do not count)
+  double loss_scale = 1.0;  // the scale the next window uses
+  long good_steps = 0;      // steps since the scale last changed (dynamic scaling)
 };
 
 template <class T>
-TrainingState<T> initial_state(const ModelSpec& spec, const Tensors<double>& params) {
+TrainingState<T> initial_state(const ModelSpec& spec, const ProcedureConfig& config, const Tensors<double>& params) {
   TrainingState<T> s;
-  for (const auto& p : params) s.params.push_back(lift<T>(p));
+  for (const auto& p : params) {
+    s.params.push_back(lift<T>(p));
+    s.optimizer_a.push_back(zeros<T>(p.rows(), p.cols()));
+    s.optimizer_b.push_back(zeros<T>(p.rows(), p.cols()));
+  }
   s.buffers = initial_buffers<T>(spec);
+  s.loss_scale = config.loss_scaling.scale;
   return s;
 }
 
+// Clip (once, by the global norm of all gradients), then one optimizer step
+// with the schedule's learning rate for this step.
 template <class T>
-void optimizer_step(const ProcedureConfig& config, TrainingState<T>& state, const Tensors<T>& grads) {
-  const T lr(config.optimizer.lr);
+void optimizer_step(const ProcedureConfig& config, TrainingState<T>& state, Tensors<T> grads) {
+  if (config.clip.enabled) {
+    std::vector<const T*> flat;
+    for (const auto& g : grads)
+      for (long i = 0; i < g.size(); ++i) flat.push_back(g.data() + i);
+    const T norm = sqrt(reduce<T>(static_cast<long>(flat.size()), [&](long i) { return *flat[i] * *flat[i]; }));
+    const T coefficient = clip_coefficient(config.clip, norm);
+    for (auto& g : grads) g = stored(Matrix<T>(g * coefficient), Storage::accumulate);
+  }
+  const OptimizerSpec& o = config.optimizer;
+  const double lr = o.lr * schedule_multiplier(config.schedule, state.step);
   for (std::size_t p = 0; p < state.params.size(); ++p) {
-    sgd_step(state.params[p], grads[p], lr);
+    if (o.kind == OptimizerKind::sgd) {
+      sgd_step(o, lr, state.step == 0, state.params[p], grads[p], state.optimizer_a[p]);
+    } else {
+      adam_step(o, lr, state.step, state.params[p], grads[p], state.optimizer_a[p], state.optimizer_b[p]);
+    }
     state.params[p] = stored(state.params[p], Storage::master);
+    state.optimizer_a[p] = stored(state.optimizer_a[p], Storage::master);
+    state.optimizer_b[p] = stored(state.optimizer_b[p], Storage::master);
   }
   ++state.step;
 }
@@ -212,15 +278,35 @@ template <class T>
 struct WindowResult {
   WindowGradients<T> gradients;
   TrainingState<T> after;
+  bool skipped = false;  // dynamic loss scaling found an overflow: no step
 };
 
-// One window from `state`: accumulate its micro-batches, then step once.
+// One window from `state`: accumulate its micro-batches, unscale, then
+// (dynamic loss scaling permitting) clip and step once. Where the error
+// model cannot tell whether a float16 kernel overflowed (possible but not
+// certain), `kernel_skipped` — what the kernel under test decided — is
+// followed; a certain overflow always skips, an impossible one never does.
 template <class T>
 WindowResult<T> run_window(const ModelSpec& spec, const ProcedureConfig& config, TrainingState<T> state,
-                           const Batch& window, const std::vector<long>& micro_batch_samples) {
-  WindowGradients<T> g = accumulate_window(spec, config, state.params, state.buffers, window, micro_batch_samples);
-  optimizer_step(config, state, g.grads);
-  return {std::move(g), std::move(state)};
+                           const Batch& window, const std::vector<long>& micro_batch_samples,
+                           std::optional<bool> kernel_skipped = std::nullopt) {
+  WindowGradients<T> g = accumulate_window(spec, config, state.params, state.buffers, window, micro_batch_samples,
+                                           state.loss_scale);
+  bool skip = false;
+  if (config.loss_scaling.dynamic)
+    skip = g.overflow_certain || (g.overflow_possible && kernel_skipped.value_or(false));
+  const LossScaling& ls = config.loss_scaling;
+  if (skip) {
+    state.loss_scale *= ls.backoff_factor;
+    state.good_steps = 0;
+  } else {
+    optimizer_step(config, state, g.grads);
+    if (ls.dynamic && ++state.good_steps == ls.growth_interval) {
+      state.loss_scale *= ls.growth_factor;
+      state.good_steps = 0;
+    }
+  }
+  return {std::move(g), std::move(state), skip};
 }
 
 // K windows from `state`, each starting where the previous one ended.

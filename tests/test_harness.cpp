@@ -59,7 +59,7 @@ TEST(Scenario, BadInputIsRejectedWithAMessage) {
   s.data = DataKind::padded_sequences;
   expect_rejected(s, "cross_entropy");
   s = small_scenario();
-  s.procedure.loss_scale = 3.0;
+  s.procedure.loss_scaling.scale = 3.0;
   expect_rejected(s, "power of two");
   s = small_scenario();
   s.procedure.optimizer.lr = -1.0;

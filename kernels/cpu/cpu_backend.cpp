@@ -343,17 +343,29 @@ bool CpuBackend::all_finite(std::span<const Tensor> ts) {
   return true;
 }
 
-void CpuBackend::optimizer_step(const OptimizerStep& step, std::span<const Tensor> params,
-                                std::span<const Tensor> grads, std::span<const Tensor>, std::span<const Tensor>) {
+void CpuBackend::optimizer_step(const OptimizerStep& s, std::span<const Tensor> params, std::span<const Tensor> grads,
+                                std::span<const Tensor> state_a, std::span<const Tensor> state_b) {
   GRADEQ_REQUIRE(params.size() == grads.size(), "optimizer_step: list lengths differ");
+  const bool needs_a = s.kind != OptimizerKind::sgd || s.momentum != 0.0f;
+  const bool needs_b = s.kind != OptimizerKind::sgd;
+  GRADEQ_REQUIRE(!needs_a || state_a.size() == params.size(), "optimizer_step: missing first optimizer state");
+  GRADEQ_REQUIRE(!needs_b || state_b.size() == params.size(), "optimizer_step: missing second optimizer state");
   for (std::size_t t = 0; t < params.size(); ++t) {
     require_shape(grads[t], params[t].rows, params[t].cols, "optimizer_step grad");
     float* p = values(params[t]);
     const float* g = values(grads[t]);
-    switch (step.kind) {
-      case OptimizerKind::sgd:
-        for (long i = 0; i < params[t].size(); ++i) p[i] = round_to(element::sgd_update(p[i], g[i], step.lr), params[t].dtype);
-        break;
+    float* a = needs_a ? values(state_a[t]) : nullptr;
+    float* b = needs_b ? values(state_b[t]) : nullptr;
+    float unused = 0.0f;
+    for (long i = 0; i < params[t].size(); ++i) {
+      if (s.kind == OptimizerKind::sgd) {
+        element::sgd_update(p[i], g[i], a ? a[i] : unused, s.lr, s.momentum, s.one_minus_dampening, s.nesterov,
+                            s.first_step, s.weight_decay);
+      } else {
+        element::adam_update(p[i], g[i], a[i], b[i], s.kind == OptimizerKind::adamw, s.weight_decay, s.decay, s.beta1,
+                             s.one_minus_beta1, s.beta2, s.one_minus_beta2, s.eps, s.step_size,
+                             s.inv_sqrt_bias_correction2);
+      }
     }
   }
 }
