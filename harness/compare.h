@@ -1,7 +1,8 @@
 // compare.h — one tensor against its expected values and per-element bound:
 // the error metrics a report shows and the pass/fail of the comparison.
-// NaN or Inf never passes: a non-finite actual value fails, and a bound the
-// error model could not give (Inf: ill-conditioned element) fails too.
+// NaN or Inf never passes: a non-finite actual value fails; an element the
+// error model cannot bound (Inf: ill-conditioned, or a value that may
+// overflow) is counted as unbounded and never passes either.
 #pragma once
 
 #include <string>

@@ -120,8 +120,7 @@ ReferenceRun run_reference(const Scenario& scenario, const Split& split, const E
 }
 
 ReferenceWindow run_reference_window(const Scenario& scenario, std::size_t w, const std::vector<long>& micro_batches,
-                                     const KernelWindow* before, const ErrorModel& model,
-                                     std::optional<bool> kernel_skipped) {
+                                     const KernelWindow* before, const ErrorModel& model, ref::SkipRule rule) {
   if (w >= scenario.windows.size()) throw std::out_of_range("run_reference_window: no such window");
   if ((w == 0) != (before == nullptr))
     throw std::invalid_argument("run_reference_window: window 0 starts from the initial state, later ones from a run's");
@@ -132,16 +131,16 @@ ReferenceWindow run_reference_window(const Scenario& scenario, std::size_t w, co
   ref::TrainingState<Bounded> start = before ? state_from(scenario.spec, config, scenario.initial_params, *before)
                                              : ref::initial_state<Bounded>(spec, config, scenario.initial_params);
   return to_window(scenario.spec, ref::run_window(spec, config, std::move(start), scenario.windows[w], micro_batches,
-                                                  kernel_skipped));
+                                                  rule));
 }
 
 ReferenceRun run_reference_from(const Scenario& scenario, const Split& split, const KernelRun& kernel,
-                                const ErrorModel& model) {
+                                const ErrorModel& model, bool impose_skips) {
   if (kernel.windows.size() != split.size()) throw std::invalid_argument("run_reference_from: kernel run and split disagree");
   ReferenceRun out;
   for (std::size_t w = 0; w < split.size(); ++w)
     out.windows.push_back(run_reference_window(scenario, w, split[w], w ? &kernel.windows[w - 1] : nullptr, model,
-                                               kernel.windows[w].skipped));
+                                               ref::SkipRule{kernel.windows[w].skipped, impose_skips}));
   return out;
 }
 

@@ -33,14 +33,17 @@ std::vector<OptimizerStateInfo> optimizer_state_layout(const ScenarioSpec& s);
 
 // Window w with the given micro-batches, from the state `before` left
 // (nullptr: the scenario's initial state, which must be the case for w = 0).
-// kernel_skipped: the kernel's loss-scaler decision for this window, which
-// the reference follows where float16 overflow is possible but not certain.
+// rule: the loss scaler's decision (reference/procedure.h, SkipRule).
 ReferenceWindow run_reference_window(const Scenario& scenario, std::size_t w, const std::vector<long>& micro_batches,
-                                     const KernelWindow* before, const ErrorModel& model,
-                                     std::optional<bool> kernel_skipped = std::nullopt);
+                                     const KernelWindow* before, const ErrorModel& model, ref::SkipRule rule = {});
 
 // Window by window, each from the state the kernel run reached before it.
+// The kernel's loss-scaler decision is followed where overflow is possible
+// but not certain, or always (impose_skips): a full-batch reference started
+// from an accumulated run's state must see the same decision to be
+// comparable, since an accumulation buffer can overflow on a partial sum
+// where the full batch does not.
 ReferenceRun run_reference_from(const Scenario& scenario, const Split& split, const KernelRun& kernel,
-                                const ErrorModel& model);
+                                const ErrorModel& model, bool impose_skips = false);
 
 }  // namespace gradeq

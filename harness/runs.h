@@ -1,7 +1,8 @@
 // runs.h — what a run produces, window by window: the kernel's tensors
 // (float32 values held as float64) and the reference's (values with their
 // propagated bounds). Names: "grad/<param>" (the window's accumulated
-// gradient, after unscaling), "param/<param>" (weights after the step),
+// gradient as the optimizer used it: unscaled, then clipped),
+// "param/<param>" (weights after the step),
 // "stats/<buffer>" (BatchNorm running statistics after the window),
 // "state/<param>.<name>" (optimizer state), "state/step" (optimizer steps
 // taken), and with dynamic loss scaling "state/loss_scale",

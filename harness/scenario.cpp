@@ -121,6 +121,33 @@ std::string describe_split(const Split& split) {
   return os.str();
 }
 
+std::string describe_procedure(const ref::ProcedureConfig& p) {
+  std::ostringstream os;
+  os << ref::optimizer_name(p.optimizer);
+  if (p.clip.enabled) os << ", clip " << p.clip.max_norm;
+  if (p.schedule.warmup_cosine)
+    os << ", warmup " << p.schedule.warmup_steps << " + cosine to " << p.schedule.total_steps;
+  if (p.normalization == ref::Normalization::equal_split) os << ", equal-split normalization";
+  if (p.loss_scaling.dynamic) {
+    os << ", dynamic loss scale from " << p.loss_scaling.scale << " (growth every " << p.loss_scaling.growth_interval
+       << ")";
+  } else if (p.loss_scaling.scale != 1.0) {
+    os << ", loss scale " << p.loss_scaling.scale;
+  }
+  if (p.compensated) os << ", Kahan-compensated accumulation";
+  if (p.batch_norm == ref::BatchNormMode::exact_window) os << ", exact-window batchnorm";
+  return os.str();
+}
+
+std::string describe_scenario(const ScenarioSpec& s) {
+  std::ostringstream os;
+  os << "model: " << ref::describe(s.model) << "; data: " << data_kind_name(s.data)
+     << "; split: " << describe_split(s.split) << "; " << describe_procedure(s.procedure)
+     << "; compute: " << dtype_name(s.precision.compute) << ", accumulate: " << dtype_name(s.precision.accumulate)
+     << "; seed: " << s.seed;
+  return os.str();
+}
+
 Split full_batch_split(const Split& split) {
   Split full;
   for (const auto& window : split) full.push_back({std::accumulate(window.begin(), window.end(), 0L)});

@@ -58,6 +58,10 @@ struct ScenarioSpec {
 
 // Throws std::invalid_argument naming the first thing that is wrong.
 void validate(const ScenarioSpec& spec);
+// One line with everything that defines the scenario: model, data, split,
+// procedure, precision, seed.
+std::string describe_scenario(const ScenarioSpec& spec);
+std::string describe_procedure(const ref::ProcedureConfig& p);
 
 struct Scenario {
   ScenarioSpec spec;

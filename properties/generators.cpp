@@ -136,6 +136,97 @@ rc::Gen<ScenarioSpec> batchnorm_scenario() {
   });
 }
 
+rc::Gen<ref::ProcedureConfig> procedure_config() {
+  return rc::gen::exec([] {
+    ref::ProcedureConfig c;
+    ref::OptimizerSpec& o = c.optimizer;
+    o.kind = *rc::gen::element(ref::OptimizerKind::sgd, ref::OptimizerKind::adam, ref::OptimizerKind::adamw);
+    if (o.kind == ref::OptimizerKind::sgd) {
+      o.lr = 0.05;
+      o.momentum = *rc::gen::element(0.0, 0.9);
+      o.nesterov = o.momentum != 0.0 && *rc::gen::arbitrary<bool>();
+      o.dampening = o.momentum != 0.0 && !o.nesterov ? *rc::gen::element(0.0, 0.1) : 0.0;
+      o.weight_decay = *rc::gen::element(0.0, 0.01);
+    } else {
+      o.lr = 1e-2;
+      o.weight_decay = *rc::gen::element(0.0, 0.1);
+    }
+    // A max norm this small binds on these models: clipping changes the step.
+    c.clip.enabled = *rc::gen::arbitrary<bool>();
+    c.clip.max_norm = *rc::gen::element(1e-3, 1e-2);
+    c.schedule.warmup_cosine = *rc::gen::arbitrary<bool>();
+    c.schedule.warmup_steps = *rc::gen::inRange<long>(1, 3);
+    c.schedule.total_steps = c.schedule.warmup_steps + *rc::gen::inRange<long>(2, 6);
+    return c;
+  });
+}
+
+rc::Gen<ScenarioSpec> optimizer_scenario() {
+  return rc::gen::exec([] {
+    ScenarioSpec s = *independent_scenario();
+    s.name = "generated optimizer";
+    if (s.data == DataKind::dyadic) s.data = DataKind::normal;  // integer data makes SGD diverge within a few steps
+    s.procedure = *procedure_config();
+    // Several windows: the optimizer state carries over.
+    if (s.split.size() < 2) s.split.push_back(s.split.front());
+    if (*rc::gen::arbitrary<bool>()) s.split.push_back(s.split.back());
+    return s;
+  });
+}
+
+rc::Gen<ScenarioSpec> mixed_precision_scenario() {
+  return rc::gen::exec([] {
+    ScenarioSpec s = *independent_scenario();
+    s.name = "generated mixed precision";
+    if (s.data != DataKind::padded_sequences) s.data = DataKind::normal;  // keep float16 in range
+    s.precision.compute = *rc::gen::element(DType::f32, DType::bf16, DType::f16);
+    s.precision.accumulate = *rc::gen::element(DType::f32, DType::bf16, DType::f16);
+    s.procedure.compensated = *rc::gen::arbitrary<bool>();
+    if (s.precision.compute == DType::f16) {
+      ref::LossScaling& ls = s.procedure.loss_scaling;
+      ls.dynamic = *rc::gen::arbitrary<bool>();
+      // Dynamic: large enough to overflow at first, so windows get skipped
+      // and the scale backs off; a short growth interval so it grows too.
+      ls.scale = std::ldexp(1.0, ls.dynamic ? *rc::gen::inRange(12, 22) : *rc::gen::inRange(0, 8));
+      ls.growth_interval = 2;
+      if (ls.dynamic) s.split.resize(std::max<std::size_t>(s.split.size(), 3), s.split.front());
+    }
+    if (*rc::gen::arbitrary<bool>()) s.procedure = [&] {
+      ref::ProcedureConfig c = *procedure_config();
+      c.loss_scaling = s.procedure.loss_scaling;
+      c.compensated = s.procedure.compensated;
+      return c;
+    }();
+    return s;
+  });
+}
+
+rc::Gen<ScenarioSpec> long_accumulation_scenario() {
+  return rc::gen::exec([] {
+    ScenarioSpec s = *independent_scenario();
+    s.name = "generated long accumulation";
+    const long n = *rc::gen::inRange<long>(64, 301);
+    s.split = {std::vector<long>(static_cast<std::size_t>(n), *rc::gen::inRange<long>(1, 3))};
+    return s;
+  });
+}
+
+rc::Gen<ScenarioSpec> equal_split_shortcut_scenario() {
+  return rc::gen::exec([] {
+    ScenarioSpec s;
+    s.name = "generated equal-split shortcut";
+    s.model.loss = ref::LossKind::cross_entropy;
+    s.model.positions = *rc::gen::inRange<long>(2, 9);
+    s.model.input_features = *awkward_width();
+    s.model.layers = {{LayerKind::linear, *awkward_width()}, {LayerKind::gelu, 0}, {LayerKind::linear, 5}};
+    s.data = DataKind::padded_sequences;
+    s.split = *split_of(SplitShape::equal);
+    s.procedure.normalization = ref::Normalization::equal_split;
+    s.seed = *seed();
+    return s;
+  });
+}
+
 rc::Gen<ScenarioSpec> exact_scenario() {
   return rc::gen::exec([] {
     ScenarioSpec s;
@@ -158,9 +249,7 @@ rc::Gen<ScenarioSpec> exact_scenario() {
 }
 
 void showValue(const ScenarioSpec& s, std::ostream& os) {
-  os << "{model: " << ref::describe(s.model) << "; data: " << data_kind_name(s.data)
-     << "; split: " << describe_split(s.split) << "; compute: " << dtype_name(s.precision.compute)
-     << ", accumulate: " << dtype_name(s.precision.accumulate) << "; seed: " << s.seed << "}";
+  os << "{" << describe_scenario(s) << "}";
 }
 
 }  // namespace gradeq

@@ -29,6 +29,20 @@ rc::Gen<ScenarioSpec> independent_scenario();
 // Linear, one or two BatchNorms, an activation; BatchNorm gets >= 2 values
 // per channel in every micro-batch.
 rc::Gen<ScenarioSpec> batchnorm_scenario();
+// An optimizer configuration: SGD (momentum, Nesterov, weight decay), Adam,
+// AdamW; clipping that binds or none; warmup + cosine or constant.
+rc::Gen<ref::ProcedureConfig> procedure_config();
+// A batch-independent model trained over 2-4 windows with procedure_config().
+rc::Gen<ScenarioSpec> optimizer_scenario();
+// Compute dtype float32/bfloat16/float16, accumulation buffer
+// float32/bfloat16/float16, plain or Kahan-compensated, float16 with static
+// or dynamic loss scaling (windows that overflow are skipped).
+rc::Gen<ScenarioSpec> mixed_precision_scenario();
+// Many micro-batches (64 to 300) of one or two samples, float32 buffer.
+rc::Gen<ScenarioSpec> long_accumulation_scenario();
+// Token cross-entropy over padded sequences with the equal-split
+// normalization shortcut, 1 / (N n_b).
+rc::Gen<ScenarioSpec> equal_split_shortcut_scenario();
 // Linear/ReLU/MSE on dyadic data with power-of-two sizes and splits:
 // float32 arithmetic on it is exact.
 rc::Gen<ScenarioSpec> exact_scenario();

@@ -92,27 +92,66 @@ Evidence exactness(const ScenarioSpec& s, PropertyContext& ctx) {
   return e;
 }
 
-Evidence batchnorm_divergence(const ScenarioSpec& s, PropertyContext& ctx) {
+Evidence trajectory_equivalence(const ScenarioSpec& s, PropertyContext& ctx) {
+  const ScenarioResult r = run(s, ctx);
+  return from_verdicts(r, {&r.kernel, &r.accumulation});
+}
+
+// Whether R_acc departs from R_full beyond the float64 bound, whole
+// trajectories; `e` collects the worst ratio and ill-conditioned discards.
+bool reference_diverges(const ScenarioSpec& s, PropertyContext& ctx, Evidence& e) {
   const Scenario scenario = materialize(s);
-  const Split full = full_batch_split(s.split);
-  const ReferenceRun r_full = run_reference(scenario, full, ctx.model), r_acc = run_reference(scenario, s.split, ctx.model);
-  Evidence e;
+  const ReferenceRun r_full = run_reference(scenario, full_batch_split(s.split), ctx.model);
+  const ReferenceRun r_acc = run_reference(scenario, s.split, ctx.model);
   for (std::size_t w = 0; w < r_full.windows.size(); ++w)
-  for (const ReferenceTensor& f : r_full.windows[w].tensors) {
-    const ReferenceTensor& a = find_tensor(r_acc.windows[w], f.name);
-    std::vector<double> bound(f.value.size());
-    for (std::size_t i = 0; i < bound.size(); ++i) bound[i] = math_bound(a.reference_bound[i], f.reference_bound[i]);
-    const TensorCheck c = compare_tensor(f.name, f.rows, f.cols, DType::f32, f.value, a.value, bound);
-    e.worst_ratio = std::max(e.worst_ratio, c.worst_ratio);
-    if (c.unbounded > 0) {
-      e.discard = true;
-      e.discard_reason = "ill-conditioned";
+    for (const ReferenceTensor& f : r_full.windows[w].tensors) {
+      const ReferenceTensor& a = find_tensor(r_acc.windows[w], f.name);
+      std::vector<double> bound(f.value.size());
+      for (std::size_t i = 0; i < bound.size(); ++i) bound[i] = math_bound(a.reference_bound[i], f.reference_bound[i]);
+      const TensorCheck c = compare_tensor(f.name, f.rows, f.cols, DType::f32, f.value, a.value, bound);
+      e.worst_ratio = std::max(e.worst_ratio, c.worst_ratio);
+      if (c.unbounded > 0) {
+        e.discard = true;
+        e.discard_reason = "ill-conditioned";
+      }
+    }
+  return e.worst_ratio > 1.0;
+}
+
+Evidence equal_split_shortcut(const ScenarioSpec& s, PropertyContext& ctx) {
+  const Scenario scenario = materialize(s);
+  bool equal_counts = true;
+  for (std::size_t w = 0; w < s.split.size(); ++w) {
+    long first = 0, items = -1;
+    for (long n : s.split[w]) {
+      const long here = scenario.windows[w].slice(first, n).items(s.model.loss);
+      first += n;
+      if (items >= 0 && here != items) equal_counts = false;
+      items = here;
     }
   }
-  const bool diverged = e.worst_ratio > 1.0;
+  Evidence e;
+  const bool diverged = reference_diverges(s, ctx, e);
+  const double ratio = e.worst_ratio;
+  if (!equal_counts) e.worst_ratio = 0.0;  // the ratio measures the divergence, not an error
+  if (equal_counts && diverged) {
+    e.holds = false;
+    e.message = "equal item counts, yet the shortcut departs from global normalization: error/bound " +
+                std::to_string(ratio);
+  } else if (!equal_counts && !diverged && !e.discard) {
+    e.holds = false;
+    e.message = "unequal item counts, yet the shortcut matched global normalization within float64 rounding "
+                "(error/bound " + std::to_string(ratio) + ")";
+  }
+  return e;
+}
+
+Evidence batchnorm_divergence(const ScenarioSpec& s, PropertyContext& ctx) {
+  Evidence e;
+  const bool diverged = reference_diverges(s, ctx, e);
+  const double ratio = e.worst_ratio;
   // Only equivalent cases have an error/bound of correct code to report;
   // for divergent ones the ratio measures the divergence.
-  const double ratio = e.worst_ratio;
   if (!expects_equivalence(s)) e.worst_ratio = 0.0;
   if (expects_equivalence(s) && diverged) {
     e.holds = false;
@@ -168,6 +207,14 @@ const std::vector<Property>& default_properties() {
        "several micro-batches", batchnorm_scenario(), batchnorm_divergence},
       {"ExactBatchNormEquivalence", "exact batchnorm under accumulation (window statistics): R_acc equals R_full "
        "within float64 rounding", batchnorm_scenario(), exact_batchnorm_equivalence},
+      {"OptimizerTrajectoryEquivalence", "SGD/momentum/Nesterov/Adam/AdamW, binding clip, warmup-cosine, several "
+       "windows: weights and optimizer state equivalent every window", optimizer_scenario(), trajectory_equivalence},
+      {"MixedPrecisionEquivalence", "bfloat16/float16 compute, float32/bfloat16/float16 buffers, Kahan, float16 "
+       "loss scaling with overflow skips: within the bound", mixed_precision_scenario(), trajectory_equivalence},
+      {"LongAccumulation", "64 to 300 micro-batches into a float32 buffer: within the bound",
+       long_accumulation_scenario(), trajectory_equivalence},
+      {"EqualSplitShortcut", "1/(N n_b) normalization equals the window's global count iff item counts are equal",
+       equal_split_shortcut_scenario(), equal_split_shortcut},
   };
   return properties;
 }

@@ -53,6 +53,12 @@ Evidence exactness(const ScenarioSpec& s, PropertyContext& ctx);
 // BatchNorm: R_acc departs from R_full beyond float64 rounding whenever a
 // window has more than one micro-batch, and matches it when none has.
 Evidence batchnorm_divergence(const ScenarioSpec& s, PropertyContext& ctx);
+// K_full vs R_full, K_acc vs R_acc and K_acc vs R_full, every window:
+// optimizer trajectories, mixed precision, long accumulations.
+Evidence trajectory_equivalence(const ScenarioSpec& s, PropertyContext& ctx);
+// The equal-split shortcut 1 / (N n_b) equals the global normalization iff
+// every micro-batch of a window has the same item count.
+Evidence equal_split_shortcut(const ScenarioSpec& s, PropertyContext& ctx);
 // Exact BatchNorm under accumulation (window statistics and coupling, a
 // reference mode): R_acc matches R_full within float64 rounding.
 Evidence exact_batchnorm_equivalence(const ScenarioSpec& s, PropertyContext& ctx);

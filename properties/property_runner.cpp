@@ -22,10 +22,14 @@ class CaseTally : public rc::detail::TestListener {
  public:
   explicit CaseTally(PropertyRun& out) : out_(out) {}
   double last_ratio = 0.0;
+  std::string last_case;
 
   void onTestCaseFinished(const rc::detail::CaseDescription& d) override {
     using Type = rc::detail::CaseResult::Type;
-    if (d.result.type == Type::Success) out_.worst_ratio = std::max(out_.worst_ratio, last_ratio);
+    if (d.result.type == Type::Success && last_ratio >= out_.worst_ratio) {
+      out_.worst_ratio = last_ratio;
+      out_.worst_case = last_case;
+    }
     if (d.result.type == Type::Discard)
       ++(d.result.description == "vacuous" ? out_.discarded_vacuous : out_.discarded_ill_conditioned);
   }
@@ -66,6 +70,7 @@ PropertyRun run_property(const Property& p, PropertyContext& ctx, const Property
     if (!e.holds) throw CaseResult(CaseResult::Type::Failure, e.message);
     if (e.discard) throw CaseResult(CaseResult::Type::Discard, e.discard_reason);
     tally.last_ratio = e.worst_ratio;
+    tally.last_case = describe_scenario(spec);
   };
   const TestResult result = checkProperty(toProperty(property), metadata, params, tally, reproduce);
 

@@ -26,6 +26,7 @@ struct PropertyRun {
   std::string message;           // why the counterexample fails
   std::string reproduce;         // RC_PARAMS value that replays the failure
   double worst_ratio = 0.0;      // largest error/bound over passing cases
+  std::string worst_case;        // the passing case that reached it
   long discarded_vacuous = 0;    // cases whose reference gradients were all zero
   long discarded_ill_conditioned = 0;  // cases the error model could not bound
   double seconds = 0.0;

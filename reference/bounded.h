@@ -150,8 +150,18 @@ inline bool sum_exact(double a, double b, double v) {  // TwoSum (Knuth)
 inline bool product_exact(double a, double b, double v) { return std::fma(a, b, -v) == 0.0; }
 inline bool quotient_exact(double a, double b, double v) { return std::fma(-v, b, a) == 0.0; }
 
+// A float32 register overflows at the midpoint above FLT_MAX: where the
+// exact result may reach it, the kernel may hold Inf and no bound exists.
+inline constexpr double kFloat32OverflowThreshold = 0x1.ffffffp127;
+// A NaN bound can only come from 0 * Inf or Inf - Inf, i.e. from an
+// operand without a bound: the result has none either.
+inline double unless_overflow(double v, double k) {
+  return std::isnan(k) || std::abs(v) + k >= kFloat32OverflowThreshold ? kInf : k;
+}
+
 inline Bounded rounded(double v, double k, double r, bool exact) {
-  return Bounded::with_bounds(v, k + arithmetic_rounding(v, k, exact), r + reference_rounding(v, r, exact));
+  const double rr = r + reference_rounding(v, r, exact);
+  return Bounded::with_bounds(v, unless_overflow(v, k + arithmetic_rounding(v, k, exact)), std::isnan(rr) ? kInf : rr);
 }
 }  // namespace detail
 
@@ -293,7 +303,7 @@ inline Bounded exp(const Bounded& x) {
   const double v = std::exp(x.value);
   const double k = detail::exp_error(x.value, x.kernel);
   const double r = detail::exp_error(x.value, x.reference);
-  return Bounded::with_bounds(v, k + detail::transcendental_rounding(v, k),
+  return Bounded::with_bounds(v, detail::unless_overflow(v, k + detail::transcendental_rounding(v, k)),
                               r + detail::reference_transcendental_rounding(v));
 }
 
@@ -320,8 +330,13 @@ inline Bounded tanh(const Bounded& x) {
 inline double store(double x, Storage) { return x; }
 inline Bounded store(const Bounded& x, Storage where) {
   const StorageFormat& f = rounding_model().format(where);
-  if (std::abs(x.value) + x.kernel >= f.overflow_threshold)
+  if (std::isnan(x.kernel)) return store(Bounded::with_bounds(x.value, kInf, x.reference), where);
+  // A store that may overflow may hold Inf: counted (the loss scaler's
+  // business) and unbounded.
+  if (std::abs(x.value) + x.kernel >= f.overflow_threshold) {
     count_overflow(true, std::abs(x.value) - x.kernel >= f.overflow_threshold);
+    return Bounded::with_bounds(x.value, kInf, x.reference);
+  }
   if (f.unit_roundoff == 0.0) return x;  // same format as the registers
   if (x.kernel == 0.0 && representable(x.value, f.significand_bits, f.min_exponent)) return x;
   return Bounded::with_bounds(x.value, x.kernel + f.unit_roundoff * (std::abs(x.value) + x.kernel) + f.underflow_floor,
@@ -362,7 +377,7 @@ Bounded reduce_sum(long n, F&& term, const Bounded& /*tag*/) {
   const RoundingModel& m = rounding_model();
   if (!exact_in(24, k)) k += reduction_gamma(n, m.reduction_u) * kernel_magnitude;
   if (!exact_in(53, r)) r += reference_gamma(n) * magnitude;
-  return Bounded::with_bounds(v, k, r);
+  return Bounded::with_bounds(v, detail::unless_overflow(kernel_magnitude, k), r);
 }
 
 // Kahan-compensated sum of n terms into a buffer stored in `where`:
@@ -388,11 +403,18 @@ Bounded compensated_sum(long n, F&& term, Storage where, const Bounded& /*tag*/)
     kernel_magnitude += std::abs(t.value) + t.kernel;
   }
   const RoundingModel& m = rounding_model();
-  const double u = std::max(m.format(where).unit_roundoff, m.arithmetic_u);
+  const StorageFormat& f = m.format(where);
+  const double u = std::max(f.unit_roundoff, m.arithmetic_u);
   const double nd = static_cast<double>(n);
-  k += (2.0 * u + 4.0 * nd * u * u) * kernel_magnitude + m.format(where).underflow_floor * nd;
+  k += (2.0 * u + 4.0 * nd * u * u) * kernel_magnitude + f.underflow_floor * nd;
   r += reference_gamma(n) * magnitude;
-  return Bounded::with_bounds(v, k, r);
+  // Every partial sum is at most sum |t_i| (+ errors): the buffer may
+  // overflow when that reaches the threshold, and must when the total does.
+  if (kernel_magnitude + k >= f.overflow_threshold) {
+    count_overflow(true, std::abs(v) - k >= f.overflow_threshold);
+    k = kInf;
+  }
+  return Bounded::with_bounds(v, detail::unless_overflow(v, k), r);
 }
 
 // reduce<T>(n, term) and compensated<T>(n, term, where): the generic entry points.

@@ -247,10 +247,11 @@ TrainingState<T> initial_state(const ModelSpec& spec, const ProcedureConfig& con
   return s;
 }
 
-// Clip (once, by the global norm of all gradients), then one optimizer step
-// with the schedule's learning rate for this step.
+// Clip (once, by the global norm of all gradients; in place, as
+// clip_grad_norm_ does to .grad), then one optimizer step with the
+// schedule's learning rate for this step.
 template <class T>
-void optimizer_step(const ProcedureConfig& config, TrainingState<T>& state, Tensors<T> grads) {
+void optimizer_step(const ProcedureConfig& config, TrainingState<T>& state, Tensors<T>& grads) {
   if (config.clip.enabled) {
     std::vector<const T*> flat;
     for (const auto& g : grads)
@@ -281,20 +282,26 @@ struct WindowResult {
   bool skipped = false;  // dynamic loss scaling found an overflow: no step
 };
 
+// The dynamic loss scaler's decision for a window: the reference's own
+// (skip where overflow is certain; where it is possible but not certain,
+// follow `decision`, the kernel's) or imposed (`decision` followed as given,
+// to compare procedures that saw the same decision).
+struct SkipRule {
+  std::optional<bool> decision;
+  bool imposed = false;
+};
+
 // One window from `state`: accumulate its micro-batches, unscale, then
-// (dynamic loss scaling permitting) clip and step once. Where the error
-// model cannot tell whether a float16 kernel overflowed (possible but not
-// certain), `kernel_skipped` — what the kernel under test decided — is
-// followed; a certain overflow always skips, an impossible one never does.
+// (dynamic loss scaling permitting) clip and step once.
 template <class T>
 WindowResult<T> run_window(const ModelSpec& spec, const ProcedureConfig& config, TrainingState<T> state,
-                           const Batch& window, const std::vector<long>& micro_batch_samples,
-                           std::optional<bool> kernel_skipped = std::nullopt) {
+                           const Batch& window, const std::vector<long>& micro_batch_samples, SkipRule rule = {}) {
   WindowGradients<T> g = accumulate_window(spec, config, state.params, state.buffers, window, micro_batch_samples,
                                            state.loss_scale);
   bool skip = false;
   if (config.loss_scaling.dynamic)
-    skip = g.overflow_certain || (g.overflow_possible && kernel_skipped.value_or(false));
+    skip = rule.imposed ? rule.decision.value_or(false)
+                        : g.overflow_certain || (g.overflow_possible && rule.decision.value_or(false));
   const LossScaling& ls = config.loss_scaling;
   if (skip) {
     state.loss_scale *= ls.backoff_factor;

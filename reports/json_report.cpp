@@ -74,6 +74,7 @@ nlohmann::json report_json(const CheckReport& r) {
                           {"passed", p.passed},
                           {"cases", p.cases},
                           {"worst_ratio", number(p.worst_ratio)},
+                          {"worst_case", p.worst_case},
                           {"discarded_vacuous", p.discarded_vacuous},
                           {"discarded_ill_conditioned", p.discarded_ill_conditioned},
                           {"counterexample", p.counterexample},

@@ -95,7 +95,7 @@ std::string report_markdown(const CheckReport& r) {
   md << "Runs: R_full / R_acc are the float64 reference on the full batch and accumulated over the split; "
         "K_full / K_acc the backend under test. Verdicts: **math equivalence** R_acc vs R_full; **kernel "
         "correctness** K_full vs R_full and K_acc vs R_acc; **accumulation equivalence** K_acc vs R_full. "
-        "Tensors, per window: `grad/` the accumulated gradient (after unscaling), `param/` the weights after the "
+        "Tensors, per window: `grad/` the accumulated gradient as the optimizer used it (unscaled, clipped), `param/` the weights after the "
         "step, `stats/` BatchNorm running statistics. Math equivalence follows whole trajectories from the initial "
         "state; the kernel verdicts check each window from the state the kernel run reached before it.\n\n";
 

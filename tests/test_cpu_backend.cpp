@@ -5,10 +5,12 @@
 #include <limits>
 #include <random>
 
+#include "harness/training_loop.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/check.h"
 #include "reference/layers.h"
 #include "reference/losses.h"
+#include "reference/optimizers.h"
 #include "support.h"
 
 namespace gradeq::test {
@@ -203,6 +205,48 @@ TEST_F(CpuBackendTest, SgdStep) {
   auto expected = lift<Bounded>(p);
   ref::sgd_step(expected, lift<Bounded>(g), Bounded(static_cast<double>(0.1f)));
   expect_within_bound(tp, expected, "p - lr g");
+}
+
+// Three steps of each optimizer, state carried, against the reference (the
+// same float32 constants, from make_optimizer_step).
+TEST_F(CpuBackendTest, EveryOptimizerMatchesTheReference) {
+  std::vector<ref::OptimizerSpec> configs(5);
+  configs[0].momentum = 0.9;
+  configs[0].weight_decay = 0.01;
+  configs[1].momentum = 0.9;
+  configs[1].nesterov = true;
+  configs[2].momentum = 0.5;
+  configs[2].dampening = 0.1;
+  configs[3].kind = ref::OptimizerKind::adam;
+  configs[3].weight_decay = 0.01;
+  configs[4].kind = ref::OptimizerKind::adamw;
+  configs[4].weight_decay = 0.1;
+  for (ref::OptimizerSpec o : configs) {
+    o.lr = o.kind == ref::OptimizerKind::sgd ? 0.1 : 1e-2;
+    const auto p0 = random_matrix(rng, 3, 4);
+    Tensor tp = put(p0), ta = put(Matrix<double>::Zero(3, 4)), tb = put(Matrix<double>::Zero(3, 4));
+    Matrix<Bounded> ep = lift<Bounded>(p0), ea = ref::zeros<Bounded>(3, 4), eb = ea;
+    for (long step = 0; step < 3; ++step) {
+      const auto g = random_matrix(rng, 3, 4);
+      Tensor tg = put(g);
+      const Tensor ps[] = {tp}, gs[] = {tg}, as[] = {ta}, bs[] = {tb};
+      const double lr = o.lr * (1.0 + 0.1 * static_cast<double>(step));  // as a schedule would change it
+      backend.optimizer_step(make_optimizer_step(o, lr, step), ps, gs, as, bs);
+      if (o.kind == ref::OptimizerKind::sgd) {
+        ref::sgd_step(o, lr, step == 0, ep, lift<Bounded>(g), ea);
+      } else {
+        ref::adam_step(o, lr, step, ep, lift<Bounded>(g), ea, eb);
+      }
+      expect_within_bound(tp, ep, ref::optimizer_name(o) + " parameters, step " + std::to_string(step));
+      if (o.kind != ref::OptimizerKind::sgd || o.momentum != 0.0) expect_within_bound(ta, ea, "first state");
+      if (o.kind != ref::OptimizerKind::sgd) expect_within_bound(tb, eb, "second state");
+      // The reference carries the kernel's state onwards, as the harness does.
+      for (auto [t, e] : {std::pair{tp, &ep}, std::pair{ta, &ea}, std::pair{tb, &eb}}) {
+        const std::vector<float> v = get(t);
+        for (long i = 0; i < e->size(); ++i) e->data()[i] = Bounded(v[i]);
+      }
+    }
+  }
 }
 
 TEST_F(CpuBackendTest, StoresRoundToTheTensorDtype) {

@@ -33,6 +33,10 @@ RC_GTEST_PROP(Properties, Exactness, ()) { check_property("Exactness"); }
 RC_GTEST_PROP(Properties, BatchNormKernelCorrectness, ()) { check_property("BatchNormKernelCorrectness"); }
 RC_GTEST_PROP(Properties, BatchNormDivergence, ()) { check_property("BatchNormDivergence"); }
 RC_GTEST_PROP(Properties, ExactBatchNormEquivalence, ()) { check_property("ExactBatchNormEquivalence"); }
+RC_GTEST_PROP(Properties, OptimizerTrajectoryEquivalence, ()) { check_property("OptimizerTrajectoryEquivalence"); }
+RC_GTEST_PROP(Properties, MixedPrecisionEquivalence, ()) { check_property("MixedPrecisionEquivalence"); }
+RC_GTEST_PROP(Properties, LongAccumulation, ()) { check_property("LongAccumulation"); }
+RC_GTEST_PROP(Properties, EqualSplitShortcut, ()) { check_property("EqualSplitShortcut"); }
 
 TEST(PropertyRegistry, EveryRegisteredPropertyHasAWrapper) {
   std::set<std::string> wrapped;

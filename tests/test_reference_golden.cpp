@@ -122,13 +122,80 @@ TEST(ReferenceGolden, CrossEntropySumIgnore) {
   EXPECT_EQ(ref::cross_entropy_items(classes), 5);
 }
 
-TEST(ReferenceGolden, Sgd) {
-  const auto g = golden("sgd");
-  const double lr = g["hyper"]["lr"].get<double>();
+// Optimizer files: w0, a gradient per step, the weights after each step.
+void check_optimizer_golden(const std::string& file, ref::OptimizerSpec o) {
+  const auto g = golden(file);
+  const auto& h = g["hyper"];
+  o.lr = h["lr"].get<double>();
+  o.weight_decay = h["weight_decay"].get<double>();
+  if (h.contains("momentum")) {
+    o.momentum = h["momentum"].get<double>();
+    o.dampening = h["dampening"].get<double>();
+    o.nesterov = h["nesterov"].get<bool>();
+  }
+  if (h.contains("betas")) {
+    o.beta1 = h["betas"][0].get<double>();
+    o.beta2 = h["betas"][1].get<double>();
+    o.eps = h["eps"].get<double>();
+  }
   auto w = lift<Bounded>(matrix(g["w0"]));
+  Matrix<Bounded> a = ref::zeros<Bounded>(w.rows(), w.cols()), b = a;
   for (std::size_t step = 0; step < g["grads"].size(); ++step) {
-    ref::sgd_step(w, lift<Bounded>(matrix(g["grads"][step])), Bounded::with_bounds(lr, 0.0, 0.0));
-    expect_matches_golden(w, matrix(g["w_after_each_step"][step]), "w after step " + std::to_string(step));
+    const auto grad = lift<Bounded>(matrix(g["grads"][step]));
+    if (o.kind == ref::OptimizerKind::sgd) {
+      ref::sgd_step(o, o.lr, step == 0, w, grad, a);
+    } else {
+      ref::adam_step(o, o.lr, static_cast<long>(step), w, grad, a, b);
+    }
+    expect_matches_golden(w, matrix(g["w_after_each_step"][step]), file + " after step " + std::to_string(step));
+  }
+}
+
+TEST(ReferenceGolden, Sgd) {
+  check_optimizer_golden("sgd", {});
+  // The plain form used by simple procedures agrees.
+  const auto g = golden("sgd");
+  auto w = lift<Bounded>(matrix(g["w0"]));
+  ref::sgd_step(w, lift<Bounded>(matrix(g["grads"][0])), Bounded(g["hyper"]["lr"].get<double>()));
+  expect_matches_golden(w, matrix(g["w_after_each_step"][0]), "plain sgd");
+}
+TEST(ReferenceGolden, SgdMomentum) { check_optimizer_golden("sgd_momentum", {}); }
+TEST(ReferenceGolden, SgdNesterov) { check_optimizer_golden("sgd_nesterov", {}); }
+TEST(ReferenceGolden, SgdWeightDecay) { check_optimizer_golden("sgd_weight_decay", {}); }
+TEST(ReferenceGolden, Adam) { check_optimizer_golden("adam", {ref::OptimizerKind::adam}); }
+TEST(ReferenceGolden, AdamW) { check_optimizer_golden("adamw", {ref::OptimizerKind::adamw}); }
+
+// Two tensors clipped together by their global 2-norm.
+TEST(ReferenceGolden, ClipGradNorm) {
+  const auto g = golden("clip_grad_norm");
+  ASSERT_EQ(g["norm_type"].get<double>(), 2.0);
+  const ref::ClipSpec clip{true, g["max_norm"].get<double>()};
+  const Matrix<Bounded> a = lift<Bounded>(matrix(g["grads_before"][0])), b = lift<Bounded>(matrix(g["grads_before"][1]));
+  const Bounded norm = ref::sqrt(ref::reduce<Bounded>(a.size() + b.size(), [&](long i) {
+    const Bounded& x = i < a.size() ? a.data()[i] : b.data()[i - a.size()];
+    return x * x;
+  }));
+  expect_matches_golden(norm, g["total_norm"].get<double>(), "total_norm");
+  const Bounded c = ref::clip_coefficient(clip, norm);
+  expect_matches_golden(Matrix<Bounded>(a * c), matrix(g["grads_after"][0]), "first tensor");
+  expect_matches_golden(Matrix<Bounded>(b * c), matrix(g["grads_after"][1]), "second tensor");
+  // A norm under max_norm is left alone.
+  EXPECT_EQ(ref::clip_coefficient(ref::ClipSpec{true, 100.0}, norm).value, 1.0);
+}
+
+TEST(ReferenceGolden, ScheduleWarmupCosine) {
+  const auto g = golden("schedule_warmup_cosine");
+  const ref::ScheduleSpec s{true, g["warmup_steps"].get<long>(), g["total_steps"].get<long>()};
+  const auto& expected = g["lr_multiplier_at_step"];
+  // Both sides evaluate 0.5 (1 + cos(pi p)) in float64: p = (s - w)/(T - w)
+  // carries 2u relative, pi p adds 2u (pi's rounding, the product), so the
+  // argument is off by <= 4u * pi; cos moves by at most that (|sin| <= 1),
+  // adds 1u of its own, 1 + cos one more: each side is within (4 pi + 2) u
+  // absolute (the multiplier is <= 1), both together within twice that.
+  const double bound = 2.0 * (4.0 * M_PI + 2.0) * ref::kFloat64Roundoff;
+  for (std::size_t step = 0; step < expected.size(); ++step) {
+    const double ours = ref::schedule_multiplier(s, static_cast<long>(step));
+    EXPECT_LE(std::abs(ours - expected[step].get<double>()), bound) << "step " << step;
   }
 }
 
