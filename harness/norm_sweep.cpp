@@ -50,7 +50,9 @@ double norm_of_difference(const ref::Tensors<double>& a, const ref::Tensors<doub
   return std::sqrt(d);
 }
 
-SweepStatistic statistic(const std::vector<double>& xs) {
+}  // namespace
+
+SweepStatistic summarize(const std::vector<double>& xs) {
   SweepStatistic s;
   for (double x : xs) {
     s.mean += x;
@@ -62,8 +64,6 @@ SweepStatistic statistic(const std::vector<double>& xs) {
   s.spread = xs.size() > 1 ? std::sqrt(var / static_cast<double>(xs.size() - 1)) : 0.0;
   return s;
 }
-
-}  // namespace
 
 std::vector<std::string> norm_sweep_variants() {
   std::vector<std::string> names;
@@ -114,9 +114,9 @@ NormSweep run_norm_sweep(const NormSweepOptions& o, const std::function<void(con
         }
         row.forward_passes = acc.gradients.forward_passes;
       }
-      row.gradient = statistic(grad);
-      row.loss = statistic(loss);
-      if (row.has_running) row.running = statistic(running);
+      row.gradient = summarize(grad);
+      row.loss = summarize(loss);
+      if (row.has_running) row.running = summarize(running);
       sweep.rows.push_back(row);
     }
   }

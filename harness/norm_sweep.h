@@ -25,6 +25,7 @@ struct NormSweepOptions {
 struct SweepStatistic {
   double mean = 0.0, spread = 0.0, max = 0.0;  // over seeds; spread = sample standard deviation
 };
+SweepStatistic summarize(const std::vector<double>& xs);
 
 struct NormSweepRow {
   std::string norm;          // "batchnorm", "batchnorm (exact window)", "layernorm", ...

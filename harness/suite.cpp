@@ -1,6 +1,8 @@
 // suite.cpp — the default scenarios.
 #include "harness/suite.h"
 
+#include <cmath>
+
 namespace gradeq {
 namespace {
 using ref::LayerKind;
@@ -90,6 +92,47 @@ std::vector<ScenarioSpec> default_scenarios() {
     s.split = equal_split(1, 4, 4);
     s.procedure.optimizer.lr = 0.0625;
     s.seed = 16;
+    suite.push_back(s);
+  }
+  {
+    // The most common real use: fine-tuning a language model on one GPU.
+    // Token cross-entropy over padded sequences of varying length, AdamW with
+    // clipping and warmup, bfloat16 compute, float32 accumulation, N = 16.
+    ScenarioSpec s;
+    s.name = "lm_finetune_adamw_bf16_n16";
+    s.model.input_features = 16;
+    s.model.positions = 12;
+    s.model.layers = {{LayerKind::rms_norm, 0}, {LayerKind::linear, 32}, {LayerKind::gelu, 0}, {LayerKind::linear, 13}};
+    s.model.loss = LossKind::cross_entropy;
+    s.data = DataKind::padded_sequences;
+    s.split = equal_split(3, 16, 2);
+    s.procedure.optimizer.kind = ref::OptimizerKind::adamw;
+    s.procedure.optimizer.lr = 1e-3;
+    s.procedure.optimizer.beta2 = 0.95;
+    s.procedure.optimizer.weight_decay = 0.01;
+    s.procedure.clip = {true, 0.5};
+    s.procedure.schedule = {true, 1, 10};
+    s.precision.compute = DType::bf16;
+    s.precision.accumulate = DType::f32;
+    s.seed = 19;
+    suite.push_back(s);
+  }
+  {
+    // Mixed-precision training in float16 with a dynamic loss scale that
+    // starts too high: the first windows overflow and are skipped, the scale
+    // backs off, then grows again after good steps.
+    ScenarioSpec s;
+    s.name = "fp16_dynamic_loss_scale";
+    s.model.input_features = 12;
+    s.model.layers = {{LayerKind::linear, 24}, {LayerKind::gelu, 0}, {LayerKind::linear, 6}};
+    s.model.loss = LossKind::mse;
+    s.split = equal_split(8, 4, 4);
+    s.procedure.optimizer.momentum = 0.9;
+    s.procedure.optimizer.lr = 0.05;
+    s.procedure.loss_scaling = {std::ldexp(1.0, 21), true, 2.0, 0.5, 2};
+    s.precision.compute = DType::f16;
+    s.precision.accumulate = DType::f32;
+    s.seed = 20;
     suite.push_back(s);
   }
   // The vision recipe people bring to accumulation, without convolutions:

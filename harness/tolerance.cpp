@@ -18,9 +18,10 @@ ref::StorageFormat storage_format(DType t) {
 }  // namespace
 
 std::string error_model_name(const ErrorModel& m) {
-  if (m.reduction == ref::ReductionBound::deterministic) return "deterministic (gamma_n = nu/(1-nu))";
+  if (m.reduction == ref::ReductionBound::deterministic)
+    return "deterministic (errors add; reductions gamma_n = nu/(1-nu))";
   std::ostringstream os;
-  os << "probabilistic (lambda sqrt(n) u, lambda = " << m.confidence << ")";
+  os << "probabilistic (propagated errors in quadrature; reductions lambda sqrt(n) u, lambda = " << m.confidence << ")";
   return os.str();
 }
 

@@ -13,8 +13,11 @@
 
 namespace gradeq {
 
+// The default is the probabilistic form: the deterministic one is rigorous
+// but vacuous for bfloat16 / float16 compute, where its worst-case sum of
+// per-element errors reaches the size of the gradient itself (NUMERICS §2).
 struct ErrorModel {
-  ref::ReductionBound reduction = ref::ReductionBound::deterministic;
+  ref::ReductionBound reduction = ref::ReductionBound::probabilistic;
   // lambda of the probabilistic form sqrt(n) lambda u: with lambda = 6 a
   // reduction exceeds it with probability < 2 exp(-lambda^2 / 2) ~ 3e-8 per
   // element under the random-rounding model (NUMERICS §2).

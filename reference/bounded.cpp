@@ -9,7 +9,12 @@ const RoundingModel& default_model() {
 }
 thread_local const RoundingModel* active_model = nullptr;
 thread_local OverflowTally tally;
+thread_local bool finite_stores = false;
 }  // namespace
+
+bool stores_known_finite() { return finite_stores; }
+ScopedFiniteStores::ScopedFiniteStores(bool known) : previous_(finite_stores) { finite_stores = known; }
+ScopedFiniteStores::~ScopedFiniteStores() { finite_stores = previous_; }
 
 OverflowTally overflow_tally() { return tally; }
 
@@ -33,6 +38,15 @@ bool representable(double v, int significand_bits, int min_exponent) {
   const int exponent = std::max(e - 1, min_exponent);
   const double scaled = std::ldexp(v, significand_bits - 1 - exponent);  // v / ulp(v), exact
   return scaled == std::trunc(scaled);
+}
+
+double round_to_format(double v, int significand_bits, int min_exponent) {
+  if (v == 0.0 || !std::isfinite(v)) return v;
+  int e = 0;
+  std::frexp(v, &e);
+  const int exponent = std::max(e - 1, min_exponent);
+  const int shift = significand_bits - 1 - exponent;
+  return std::ldexp(std::nearbyint(std::ldexp(v, shift)), -shift);  // nearbyint: ties to even
 }
 
 int granularity_exponent(double x) {

@@ -52,6 +52,21 @@ struct OverflowTally {
 OverflowTally overflow_tally();
 void count_overflow(bool possible, bool certain);
 
+// Within this scope the kernel is known to have stored only finite values
+// (its loss scaler found no overflow in the window): a store that might
+// have overflowed did not, and is bounded as an ordinary rounding.
+bool stores_known_finite();
+class ScopedFiniteStores {
+ public:
+  explicit ScopedFiniteStores(bool known);
+  ~ScopedFiniteStores();
+  ScopedFiniteStores(const ScopedFiniteStores&) = delete;
+  ScopedFiniteStores& operator=(const ScopedFiniteStores&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // Whether v is a value of a binary format with p significand bits and
 // smallest normal exponent e_min (ignoring overflow, bounded separately).
 bool representable(double v, int significand_bits, int min_exponent);
@@ -327,20 +342,39 @@ inline Bounded tanh(const Bounded& x) {
 
 // A tensor stored by the kernel in the dtype of `where`: one more rounding.
 // The float64 reference stores nothing, so T = double is the identity.
+// Round-to-nearest-even of v to p significand bits, exponent range from
+// e_min (subnormals below): the value a store of an exactly known v holds.
+double round_to_format(double v, int significand_bits, int min_exponent);
+
 inline double store(double x, Storage) { return x; }
 inline Bounded store(const Bounded& x, Storage where) {
   const StorageFormat& f = rounding_model().format(where);
   if (std::isnan(x.kernel)) return store(Bounded::with_bounds(x.value, kInf, x.reference), where);
   // A store that may overflow may hold Inf: counted (the loss scaler's
-  // business) and unbounded.
+  // business) and unbounded, unless the kernel is known to have stored
+  // finite values only.
   if (std::abs(x.value) + x.kernel >= f.overflow_threshold) {
     count_overflow(true, std::abs(x.value) - x.kernel >= f.overflow_threshold);
-    return Bounded::with_bounds(x.value, kInf, x.reference);
+    if (!stores_known_finite()) return Bounded::with_bounds(x.value, kInf, x.reference);
   }
   if (f.unit_roundoff == 0.0) return x;  // same format as the registers
   if (x.kernel == 0.0 && representable(x.value, f.significand_bits, f.min_exponent)) return x;
   return Bounded::with_bounds(x.value, x.kernel + f.unit_roundoff * (std::abs(x.value) + x.kernel) + f.underflow_floor,
                               x.reference);
+}
+
+// An input of the computation (data, the compute copy of the weights)
+// stored to a narrower dtype. Every run rounds the same known value the
+// same way, so the reference takes the rounded value itself, exactly: the
+// runs then compute the same model, and the narrowing is not an error
+// between them. (Results stored by a run use store(): their rounding
+// differs from run to run and is bounded.) T = double: the identity.
+inline double quantize(double x, Storage) { return x; }
+inline Bounded quantize(const Bounded& x, Storage where) {
+  const StorageFormat& f = rounding_model().format(where);
+  if (f.unit_roundoff == 0.0 || x.kernel != 0.0 || x.reference != 0.0 || !(std::abs(x.value) < f.overflow_threshold))
+    return store(x, where);
+  return Bounded::with_bounds(round_to_format(x.value, f.significand_bits, f.min_exponent), 0.0, 0.0);
 }
 
 // Sum of n terms term(0..n-1), in whatever order the kernel chooses. The
@@ -358,14 +392,17 @@ double reduce_sum(long n, F&& term, double /*tag*/) {
 // set bit.
 int granularity_exponent(double x);
 
+// Propagated errors of the terms add up (deterministic), or in quadrature
+// (probabilistic: independent, mean-zero errors; NUMERICS §2).
 template <class F>
 Bounded reduce_sum(long n, F&& term, const Bounded& /*tag*/) {
-  double v = 0.0, k = 0.0, r = 0.0, magnitude = 0.0, kernel_magnitude = 0.0;
+  double v = 0.0, k = 0.0, k_squares = 0.0, r = 0.0, magnitude = 0.0, kernel_magnitude = 0.0;
   int granularity = 1 << 20;
   for (long i = 0; i < n; ++i) {
     const Bounded t = term(i);
     v += t.value;
     k += t.kernel;
+    k_squares += t.kernel * t.kernel;
     r += t.reference;
     magnitude += std::abs(t.value);
     kernel_magnitude += std::abs(t.value) + t.kernel;
@@ -375,6 +412,7 @@ Bounded reduce_sum(long n, F&& term, const Bounded& /*tag*/) {
     return error == 0.0 && (magnitude == 0.0 || magnitude < std::ldexp(1.0, bits + granularity));
   };
   const RoundingModel& m = rounding_model();
+  if (m.reduction == ReductionBound::probabilistic && std::isfinite(k)) k = std::sqrt(k_squares);
   if (!exact_in(24, k)) k += reduction_gamma(n, m.reduction_u) * kernel_magnitude;
   if (!exact_in(53, r)) r += reference_gamma(n) * magnitude;
   return Bounded::with_bounds(v, detail::unless_overflow(kernel_magnitude, k), r);

@@ -5,6 +5,7 @@
 // No I/O, no harness types.
 #pragma once
 
+#include <algorithm>
 #include <vector>
 
 #include "reference/bounded.h"
@@ -49,8 +50,14 @@ LossAndGrad<T> cross_entropy_loss(const Matrix<T>& logits, const std::vector<int
   std::vector<T> row_loss(static_cast<std::size_t>(logits.rows()), T(0.0));
   for (long i = 0; i < logits.rows(); ++i) {
     if (classes[i] == kIgnoreClass) continue;
-    T row_max = logits(i, 0);
-    for (long j = 1; j < d; ++j) row_max = max(row_max, logits(i, j));
+    // Softmax is invariant to the shift: any constant near the row max
+    // gives the same exact result. The kernel subtracts its own (rounded)
+    // row max; the reference subtracts the max of the exact values as a
+    // constant, so that the shift's error — which cancels in exact
+    // arithmetic — is not counted as if it did not.
+    double max_value = value_of(logits(i, 0));
+    for (long j = 1; j < d; ++j) max_value = std::max(max_value, value_of(logits(i, j)));
+    const T row_max(max_value);
     std::vector<T> shifted_exp(static_cast<std::size_t>(d));
     for (long j = 0; j < d; ++j) shifted_exp[j] = exp(logits(i, j) - row_max);
     const T denom = reduce<T>(d, [&](long j) { return shifted_exp[j]; });

@@ -91,7 +91,7 @@ Tape<T> forward(const ModelSpec& spec, const Tensors<T>& params, const Matrix<T>
                 const WindowNorms<T>* window = nullptr) {
   const std::vector<long> first = first_parameter(spec), first_buf = first_buffer(spec);
   Tape<T> tape;
-  Matrix<T> h = stored(x, Storage::compute);
+  Matrix<T> h = quantized(x, Storage::compute);
   for (std::size_t l = 0; l < spec.layers.size(); ++l) {
     tape.layer_inputs.push_back(h);
     tape.statistics.emplace_back();

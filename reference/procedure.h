@@ -152,7 +152,7 @@ WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfi
                                      const std::vector<long>& micro_batch_samples, double loss_scale = 1.0) {
   Tensors<T> weights = params;
   if (config.compute_copy)
-    for (auto& w : weights) w = stored(w, Storage::compute);
+    for (auto& w : weights) w = quantized(w, Storage::compute);
   std::vector<double> scales = micro_batch_scales(config, spec.loss, window, micro_batch_samples);
   for (double& s : scales) s *= loss_scale;  // a power of two: exact
   std::vector<Batch> micro_batches;
@@ -296,6 +296,8 @@ struct SkipRule {
 template <class T>
 WindowResult<T> run_window(const ModelSpec& spec, const ProcedureConfig& config, TrainingState<T> state,
                            const Batch& window, const std::vector<long>& micro_batch_samples, SkipRule rule = {}) {
+  // A kernel that reports no overflow stored finite values only.
+  const ScopedFiniteStores finite(config.loss_scaling.dynamic && rule.decision.has_value() && !*rule.decision);
   WindowGradients<T> g = accumulate_window(spec, config, state.params, state.buffers, window, micro_batch_samples,
                                            state.loss_scale);
   bool skip = false;

@@ -43,6 +43,13 @@ Matrix<T> stored(const Matrix<T>& m, Storage where) {
   return out;
 }
 
+template <class T>
+Matrix<T> quantized(const Matrix<T>& m, Storage where) {
+  Matrix<T> out(m.rows(), m.cols());
+  for (long i = 0; i < m.size(); ++i) out.data()[i] = quantize(m.data()[i], where);
+  return out;
+}
+
 // Rows [begin, begin + count) of m: a micro-batch's slice of a batch.
 template <class T>
 Matrix<T> row_slice(const Matrix<T>& m, long begin, long count) {

@@ -95,6 +95,7 @@ nlohmann::json report_json(const CheckReport& r) {
           {"scenarios", scenarios},
           {"properties", properties}};
   if (r.norm_sweep) out["norm_sweep"] = norm_sweep_json(*r.norm_sweep);
+  if (r.precision_sweep) out["precision_sweep"] = precision_sweep_json(*r.precision_sweep);
   return out;
 }
 

@@ -127,6 +127,7 @@ std::string report_markdown(const CheckReport& r) {
   }
 
   if (r.norm_sweep) md << norm_sweep_markdown(*r.norm_sweep);
+  if (r.precision_sweep) md << precision_sweep_markdown(*r.precision_sweep);
 
   md << "## Scenarios\n\n";
   for (const ScenarioResult& s : r.scenarios) scenario_section(md, s);

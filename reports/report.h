@@ -16,6 +16,8 @@ namespace gradeq {
 nlohmann::json report_json(const CheckReport& report);
 nlohmann::json norm_sweep_json(const NormSweep& sweep);
 std::string norm_sweep_markdown(const NormSweep& sweep);
+nlohmann::json precision_sweep_json(const PrecisionSweep& sweep);
+std::string precision_sweep_markdown(const PrecisionSweep& sweep);
 std::string report_markdown(const CheckReport& report);
 std::string report_junit(const CheckReport& report);
 

@@ -93,6 +93,8 @@ CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFac
     report.properties.push_back(run_property(*properties[i], ctx, config));
   }
   if (options.run_norm_sweep) report.norm_sweep = run_norm_sweep(options.norm_sweep, progress);
+  if (options.run_precision_sweep)
+    report.precision_sweep = run_precision_sweep(options.precision_sweep, backend, progress);
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }

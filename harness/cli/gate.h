@@ -12,6 +12,7 @@
 
 #include "harness/equivalence.h"
 #include "harness/norm_sweep.h"
+#include "harness/precision_sweep.h"
 #include "properties/property_runner.h"
 
 namespace gradeq {
@@ -26,6 +27,8 @@ struct GateOptions {
   bool run_properties = true;
   bool run_norm_sweep = false;           // the report's normalizer study
   NormSweepOptions norm_sweep;
+  bool run_precision_sweep = false;      // the report's accumulation-precision study
+  PrecisionSweepOptions precision_sweep;
   ErrorModel model;
 };
 
@@ -39,6 +42,7 @@ struct CheckReport {
   std::vector<ScenarioResult> scenarios;
   std::vector<PropertyRun> properties;
   std::optional<NormSweep> norm_sweep;
+  std::optional<PrecisionSweep> precision_sweep;
   double seconds = 0.0;
 
   bool passed() const;

@@ -2,7 +2,7 @@
 //
 //   gradeq check   [options]            the gate: exit 0 pass, 1 failure
 //   gradeq report  --out DIR [options]  the gate, plus report.json/.md and junit.xml
-//   gradeq sweep   norms [--seeds N] [--out DIR]   normalizers under accumulation
+//   gradeq sweep   norms|precision [--seeds N] [--out DIR]   the studies
 //   gradeq list    [scenarios|properties|backends]
 //
 // Exit codes: 0 pass, 1 verification failure, 2 bad usage or input,
@@ -35,7 +35,7 @@ struct CheckArgs {
   std::uint64_t seed = 1;
   int cases = 100;
   std::vector<std::string> scenarios, properties;
-  std::string error_model = "deterministic";
+  std::string error_model = "probabilistic";
   std::string report_dir, junit_file, dump_dir, config_file;
 };
 
@@ -47,7 +47,7 @@ void add_check_options(CLI::App& cmd, CheckArgs& a) {
       ->check(CLI::ExistingFile);
   cmd.add_option("--scenario", a.scenarios, "Run only this named scenario (repeatable)");
   cmd.add_option("--property", a.properties, "Run only this property (repeatable)");
-  cmd.add_option("--error-model", a.error_model, "Reduction bound: deterministic or probabilistic")
+  cmd.add_option("--error-model", a.error_model, "Error model: probabilistic (default) or deterministic")
       ->check(CLI::IsMember({"deterministic", "probabilistic"}));
   cmd.add_option("--junit", a.junit_file, "Also write JUnit XML to this file");
   cmd.add_option("--dump", a.dump_dir, "Write the tensors of the one --scenario as .npy files into this directory");
@@ -97,8 +97,8 @@ int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir) 
   options.model.reduction =
       a.error_model == "probabilistic" ? ref::ReductionBound::probabilistic : ref::ReductionBound::deterministic;
   // A written report carries the studies too.
-  options.run_norm_sweep = report_dir.has_value();
-  options.norm_sweep.seed = a.seed;
+  options.run_norm_sweep = options.run_precision_sweep = report_dir.has_value();
+  options.norm_sweep.seed = options.precision_sweep.seed = a.seed;
 
   std::cout << fmt::format("gradeq check: backend {}, seed {}, {} cases per property, {} error model\n",
                            backend->name(), a.seed, a.cases, a.error_model);
@@ -130,6 +130,7 @@ int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir) 
 
 struct SweepArgs {
   std::string study;
+  std::string backend = "cpu";
   int seeds = 5;
   std::uint64_t seed = 1;
   std::string out_dir;
@@ -138,17 +139,31 @@ struct SweepArgs {
 int run_sweep(const SweepArgs& a) {
   ProgressSink progress;
   if (stderr_is_terminal()) progress = [](const std::string& line) { std::cerr << "\r\033[K" << line << std::flush; };
-  NormSweepOptions options;
-  options.seeds = a.seeds;
-  options.seed = a.seed;
-  const NormSweep sweep = run_norm_sweep(options, progress);
+  std::string md;
+  nlohmann::json json;
+  if (a.study == "norms") {
+    NormSweepOptions options;
+    options.seeds = a.seeds;
+    options.seed = a.seed;
+    const NormSweep sweep = run_norm_sweep(options, progress);
+    md = norm_sweep_markdown(sweep);
+    json = norm_sweep_json(sweep);
+  } else {
+    std::unique_ptr<Backend> backend = make_backend(a.backend);
+    PrecisionSweepOptions options;
+    options.seeds = a.seeds;
+    options.seed = a.seed;
+    const PrecisionSweep sweep = run_precision_sweep(options, *backend, progress);
+    md = precision_sweep_markdown(sweep);
+    json = precision_sweep_json(sweep);
+  }
   if (progress) std::cerr << "\r\033[K" << std::flush;
-  const std::string md = norm_sweep_markdown(sweep);
   std::cout << md;
   if (!a.out_dir.empty()) {
-    write_text(std::filesystem::path(a.out_dir) / "sweep_norms.json", norm_sweep_json(sweep).dump(2) + "\n");
-    write_text(std::filesystem::path(a.out_dir) / "sweep_norms.md", md);
-    std::cout << "wrote " << a.out_dir << "/sweep_norms.json, sweep_norms.md\n";
+    const std::string stem = "sweep_" + a.study;
+    write_text(std::filesystem::path(a.out_dir) / (stem + ".json"), json.dump(2) + "\n");
+    write_text(std::filesystem::path(a.out_dir) / (stem + ".md"), md);
+    std::cout << "wrote " << a.out_dir << "/" << stem << ".json, " << stem << ".md\n";
   }
   return kExitPass;
 }
@@ -191,7 +206,8 @@ int main(int argc, char** argv) {
 
   SweepArgs sweep_args;
   CLI::App* sweep = app.add_subcommand("sweep", "Studies: how far normalizers diverge under accumulation");
-  sweep->add_option("study", sweep_args.study, "norms")->required()->check(CLI::IsMember({"norms"}));
+  sweep->add_option("study", sweep_args.study, "norms or precision")->required()->check(CLI::IsMember({"norms", "precision"}));
+  sweep->add_option("--backend", sweep_args.backend, "Backend for the precision study")->check(CLI::IsMember({"cpu", "cuda"}));
   sweep->add_option("--seeds", sweep_args.seeds, "Seeds per point (mean and spread)")->check(CLI::Range(1, 1000));
   sweep->add_option("--seed", sweep_args.seed, "Run seed")->check(CLI::PositiveNumber);
   sweep->add_option("--out", sweep_args.out_dir, "Also write sweep_norms.json and sweep_norms.md here");
