@@ -86,9 +86,11 @@ DType dtype_of(const std::string& s, const std::string& where, const std::string
 
 ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::size_t index) {
   std::string where = where_base + ", scenario " + std::to_string(index);
-  static const std::set<std::string> known = {"name", "input_features", "positions", "layers", "loss", "data",
-                                              "split", "learning_rate", "seed", "normalization", "compute_dtype",
-                                              "accumulate_dtype"};
+  static const std::set<std::string> known = {
+      "name", "input_features", "positions", "layers", "loss", "data", "split", "learning_rate", "seed",
+      "normalization", "compute_dtype", "accumulate_dtype", "optimizer", "momentum", "dampening", "nesterov",
+      "weight_decay", "betas", "eps", "clip_max_norm", "warmup_steps", "total_steps", "loss_scale",
+      "dynamic_loss_scale", "growth_interval", "compensated"};
   for (const auto& [key, value] : t)
     if (!known.count(std::string(key.str()))) fail(where, "unknown key '" + std::string(key.str()) + "'");
   for (const char* required : {"name", "input_features", "layers", "split"})
@@ -128,6 +130,55 @@ ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::
   if (const toml::node* n = t.get("compute_dtype")) s.precision.compute = dtype_of(text(*n, where, "compute_dtype"), where, "compute_dtype");
   if (const toml::node* n = t.get("accumulate_dtype"))
     s.precision.accumulate = dtype_of(text(*n, where, "accumulate_dtype"), where, "accumulate_dtype");
+  ref::OptimizerSpec& o = s.procedure.optimizer;
+  if (const toml::node* n = t.get("optimizer"))
+    o.kind = choose<ref::OptimizerKind>(
+        text(*n, where, "optimizer"),
+        {{"sgd", ref::OptimizerKind::sgd}, {"adam", ref::OptimizerKind::adam}, {"adamw", ref::OptimizerKind::adamw}},
+        where, "optimizer");
+  auto number = [&](const char* key, double& to) {
+    if (const toml::node* n = t.get(key)) {
+      const auto v = n->value<double>();
+      if (!v) fail(where, std::string(key) + " must be a number");
+      to = *v;
+    }
+  };
+  auto flag = [&](const char* key, bool& to) {
+    if (const toml::node* n = t.get(key)) {
+      const auto v = n->value<bool>();
+      if (!v || !n->is_boolean()) fail(where, std::string(key) + " must be true or false");
+      to = *v;
+    }
+  };
+  number("momentum", o.momentum);
+  number("dampening", o.dampening);
+  flag("nesterov", o.nesterov);
+  number("weight_decay", o.weight_decay);
+  number("eps", o.eps);
+  if (const toml::node* n = t.get("betas")) {
+    const toml::array* b = n->as_array();
+    if (!b || b->size() != 2 || !(*b)[0].value<double>() || !(*b)[1].value<double>())
+      fail(where, "betas must be a list of two numbers, e.g. [0.9, 0.999]");
+    o.beta1 = *(*b)[0].value<double>();
+    o.beta2 = *(*b)[1].value<double>();
+  }
+  if (t.contains("clip_max_norm")) {
+    s.procedure.clip.enabled = true;
+    number("clip_max_norm", s.procedure.clip.max_norm);
+  }
+  if (t.contains("warmup_steps") != t.contains("total_steps"))
+    fail(where, "warmup_steps and total_steps go together (linear warmup, then cosine to total_steps)");
+  if (t.contains("warmup_steps")) {
+    s.procedure.schedule.warmup_cosine = true;
+    s.procedure.schedule.warmup_steps = static_cast<long>(t.get("warmup_steps")->value<long long>().value_or(-1));
+    s.procedure.schedule.total_steps = positive_integer(*t.get("total_steps"), where, "total_steps");
+    if (!t.get("warmup_steps")->is_integer()) fail(where, "warmup_steps must be an integer");
+  }
+  number("loss_scale", s.procedure.loss_scaling.scale);
+  flag("dynamic_loss_scale", s.procedure.loss_scaling.dynamic);
+  if (const toml::node* n = t.get("growth_interval"))
+    s.procedure.loss_scaling.growth_interval = positive_integer(*n, where, "growth_interval");
+  flag("compensated", s.procedure.compensated);
   try {
     validate(s);
   } catch (const std::invalid_argument& e) {

@@ -17,6 +17,15 @@
 //   normalization = "global_count"      # or "equal_split"
 //   compute_dtype = "float32"           # bfloat16, float16
 //   accumulate_dtype = "float32"
+//   compensated = false                 # Kahan-compensated accumulation
+//   optimizer = "sgd"                   # adam, adamw
+//   momentum = 0.9                      # sgd: momentum, dampening, nesterov
+//   weight_decay = 0.01                 # adam/adamw also: betas = [0.9, 0.999], eps
+//   clip_max_norm = 1.0                 # clip by global norm once per window
+//   warmup_steps = 10                   # with total_steps: warmup then cosine
+//   total_steps = 100
+//   loss_scale = 65536                  # a power of two; dynamic_loss_scale = true
+//   growth_interval = 2000              # to grow it after this many good steps
 #pragma once
 
 #include <string>

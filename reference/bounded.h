@@ -120,21 +120,29 @@ inline double reference_gamma(long n) {
   return nu / (1.0 - nu);
 }
 
+// The kernel bound has two parts. The random part comes from rounding
+// errors of individual operations, independent from element to element:
+// the probabilistic form adds such parts in quadrature over a sum. The rest
+// is systematic — shared by many elements or not random at all (the float32
+// rounding of a constant such as 1/n, a branch the kernel may take
+// differently) — and always adds linearly.
 struct Bounded {
   double value = 0.0;
   double kernel = 0.0;     // bound on |kernel − exact|
+  double random = 0.0;     // the part of `kernel` made of independent roundings
   double reference = 0.0;  // bound on |value − exact|
 
   Bounded() = default;
   // A constant (or input) that enters the kernel as a float32: its kernel
-  // error is exactly the float32 rounding of c, zero for data the harness
-  // generates as float32 values.
+  // error is exactly the float32 rounding of c (systematic: every use of
+  // the constant shares it), zero for data generated as float32 values.
   explicit Bounded(double c)
       : value(c), kernel(std::abs(static_cast<double>(static_cast<float>(c)) - c)) {}
-  static Bounded with_bounds(double v, double k, double r) {
+  static Bounded with_bounds(double v, double k, double r, double random_part = 0.0) {
     Bounded b;
     b.value = v;
     b.kernel = k;
+    b.random = std::isnan(random_part) ? k : std::min(random_part, k);
     b.reference = r;
     return b;
   }
@@ -174,27 +182,34 @@ inline double unless_overflow(double v, double k) {
   return std::isnan(k) || std::abs(v) + k >= kFloat32OverflowThreshold ? kInf : k;
 }
 
-inline Bounded rounded(double v, double k, double r, bool exact) {
+// The result of one operation: propagated errors k (total) and q (random
+// part) plus the operation's own rounding, which is random.
+inline Bounded rounded(double v, double k, double q, double r, bool exact) {
+  const double rho = arithmetic_rounding(v, k, exact);
   const double rr = r + reference_rounding(v, r, exact);
-  return Bounded::with_bounds(v, unless_overflow(v, k + arithmetic_rounding(v, k, exact)), std::isnan(rr) ? kInf : rr);
+  const double total = unless_overflow(v, k + rho);
+  return Bounded::with_bounds(v, total, std::isnan(rr) ? kInf : rr, q + rho);
 }
 }  // namespace detail
 
-inline Bounded operator-(const Bounded& a) { return Bounded::with_bounds(-a.value, a.kernel, a.reference); }
+inline Bounded operator-(const Bounded& a) { return Bounded::with_bounds(-a.value, a.kernel, a.reference, a.random); }
 
 inline Bounded operator+(const Bounded& a, const Bounded& b) {
   const double v = a.value + b.value;
-  return detail::rounded(v, a.kernel + b.kernel, a.reference + b.reference, detail::sum_exact(a.value, b.value, v));
+  return detail::rounded(v, a.kernel + b.kernel, a.random + b.random, a.reference + b.reference,
+                         detail::sum_exact(a.value, b.value, v));
 }
 
 inline Bounded operator-(const Bounded& a, const Bounded& b) { return a + (-b); }
 
 // |xy - x'y'| <= |x| e_y + |y| e_x + e_x e_y: exact, not only first order.
+// The second-order term counts as systematic.
 inline Bounded operator*(const Bounded& a, const Bounded& b) {
   const double v = a.value * b.value;
   const double k = std::abs(a.value) * b.kernel + std::abs(b.value) * a.kernel + a.kernel * b.kernel;
+  const double q = std::abs(a.value) * b.random + std::abs(b.value) * a.random;
   const double r = std::abs(a.value) * b.reference + std::abs(b.value) * a.reference + a.reference * b.reference;
-  return detail::rounded(v, k, r, detail::product_exact(a.value, b.value, v));
+  return detail::rounded(v, k, q, r, detail::product_exact(a.value, b.value, v));
 }
 
 namespace detail {
@@ -208,11 +223,14 @@ inline double quotient_error(double x, double ex, double y, double ey) {
 }
 }  // namespace detail
 
+// Nonlinear rules give the random part the same rule applied to the
+// operands' random parts (never more than the total).
 inline Bounded operator/(const Bounded& a, const Bounded& b) {
   const double v = a.value / b.value;
   const double k = detail::quotient_error(a.value, a.kernel, b.value, b.kernel);
+  const double q = detail::quotient_error(a.value, a.random, b.value, b.random);
   const double r = detail::quotient_error(a.value, a.reference, b.value, b.reference);
-  return detail::rounded(v, k, r, detail::quotient_exact(a.value, b.value, v));
+  return detail::rounded(v, k, std::min(q, k), r, detail::quotient_exact(a.value, b.value, v));
 }
 
 // a / d where d is known to be at least `floor` > 0 in exact arithmetic and
@@ -234,8 +252,9 @@ inline double positive_quotient_error(double a, double ea, double d, double ed, 
 inline Bounded divide_by_positive(const Bounded& a, const Bounded& d, double floor) {
   const double v = a.value / d.value;
   const double k = detail::positive_quotient_error(a.value, a.kernel, d.value, d.kernel, floor);
+  const double q = detail::positive_quotient_error(a.value, a.random, d.value, d.random, floor);
   const double r = detail::positive_quotient_error(a.value, a.reference, d.value, d.reference, floor);
-  return detail::rounded(v, k, r, detail::quotient_exact(a.value, d.value, v));
+  return detail::rounded(v, k, std::min(q, k), r, detail::quotient_exact(a.value, d.value, v));
 }
 
 inline Bounded& operator+=(Bounded& a, const Bounded& b) { return a = a + b; }
@@ -249,23 +268,24 @@ inline double value_of(double x) { return x; }
 inline double value_of(const Bounded& x) { return x.value; }
 
 inline double abs(double x) { return std::abs(x); }
-inline Bounded abs(const Bounded& x) { return Bounded::with_bounds(std::abs(x.value), x.kernel, x.reference); }
+inline Bounded abs(const Bounded& x) { return Bounded::with_bounds(std::abs(x.value), x.kernel, x.reference, x.random); }
 
 inline double max(double a, double b) { return std::max(a, b); }
 inline double min(double a, double b) { return std::min(a, b); }
 // max and min are 1-Lipschitz in each argument.
 inline Bounded max(const Bounded& a, const Bounded& b) {
   return Bounded::with_bounds(std::max(a.value, b.value), std::max(a.kernel, b.kernel),
-                              std::max(a.reference, b.reference));
+                              std::max(a.reference, b.reference), std::max(a.random, b.random));
 }
 inline Bounded min(const Bounded& a, const Bounded& b) {
   return Bounded::with_bounds(std::min(a.value, b.value), std::max(a.kernel, b.kernel),
-                              std::max(a.reference, b.reference));
+                              std::max(a.reference, b.reference), std::max(a.random, b.random));
 }
 
 // 1 where x > 0, else 0 (ReLU's mask). Where |x| is within a non-zero
 // error the kernel may take the other branch: the result is then uncertain
-// by 1. An exact x (error 0) decides the branch exactly.
+// by 1 — systematically, since elements near one kink flip together. An
+// exact x (error 0) decides the branch exactly.
 inline double positive_step(double x) { return x > 0.0 ? 1.0 : 0.0; }
 inline Bounded positive_step(const Bounded& x) {
   const double v = x.value > 0.0 ? 1.0 : 0.0;
@@ -303,42 +323,29 @@ inline double tanh_error(double x, double e) {
 }  // namespace detail
 
 inline double sqrt(double x) { return std::sqrt(x); }
-inline Bounded sqrt(const Bounded& x) {
-  const double v = std::sqrt(x.value);
-  const double k = detail::sqrt_error(x.value, x.kernel);
-  const double r = detail::sqrt_error(x.value, x.reference);
-  // IEEE sqrt is correctly rounded, but CUDA's approximate forms are not:
-  // counted as a transcendental.
-  return Bounded::with_bounds(v, k + detail::transcendental_rounding(v, k),
-                              r + detail::reference_transcendental_rounding(v));
+namespace detail {
+// A unary function with propagation rule `err`: total and random parts.
+template <class Error>
+Bounded unary(const Bounded& x, double v, Error&& err) {
+  const double k = err(x.value, x.kernel), q = std::min(err(x.value, x.random), k);
+  const double rho = transcendental_rounding(v, k);
+  return Bounded::with_bounds(v, unless_overflow(v, k + rho), err(x.value, x.reference) + reference_transcendental_rounding(v),
+                              q + rho);
 }
+}  // namespace detail
+
+// IEEE sqrt is correctly rounded, but CUDA's approximate forms are not:
+// counted as a transcendental.
+inline Bounded sqrt(const Bounded& x) { return detail::unary(x, std::sqrt(x.value), detail::sqrt_error); }
 
 inline double exp(double x) { return std::exp(x); }
-inline Bounded exp(const Bounded& x) {
-  const double v = std::exp(x.value);
-  const double k = detail::exp_error(x.value, x.kernel);
-  const double r = detail::exp_error(x.value, x.reference);
-  return Bounded::with_bounds(v, detail::unless_overflow(v, k + detail::transcendental_rounding(v, k)),
-                              r + detail::reference_transcendental_rounding(v));
-}
+inline Bounded exp(const Bounded& x) { return detail::unary(x, std::exp(x.value), detail::exp_error); }
 
 inline double log(double x) { return std::log(x); }
-inline Bounded log(const Bounded& x) {
-  const double v = std::log(x.value);
-  const double k = detail::log_error(x.value, x.kernel);
-  const double r = detail::log_error(x.value, x.reference);
-  return Bounded::with_bounds(v, k + detail::transcendental_rounding(v, k),
-                              r + detail::reference_transcendental_rounding(v));
-}
+inline Bounded log(const Bounded& x) { return detail::unary(x, std::log(x.value), detail::log_error); }
 
 inline double tanh(double x) { return std::tanh(x); }
-inline Bounded tanh(const Bounded& x) {
-  const double v = std::tanh(x.value);
-  const double k = detail::tanh_error(x.value, x.kernel);
-  const double r = detail::tanh_error(x.value, x.reference);
-  return Bounded::with_bounds(v, k + detail::transcendental_rounding(v, k),
-                              r + detail::reference_transcendental_rounding(v));
-}
+inline Bounded tanh(const Bounded& x) { return detail::unary(x, std::tanh(x.value), detail::tanh_error); }
 
 // A tensor stored by the kernel in the dtype of `where`: one more rounding.
 // The float64 reference stores nothing, so T = double is the identity.
@@ -349,18 +356,18 @@ double round_to_format(double v, int significand_bits, int min_exponent);
 inline double store(double x, Storage) { return x; }
 inline Bounded store(const Bounded& x, Storage where) {
   const StorageFormat& f = rounding_model().format(where);
-  if (std::isnan(x.kernel)) return store(Bounded::with_bounds(x.value, kInf, x.reference), where);
+  if (std::isnan(x.kernel)) return store(Bounded::with_bounds(x.value, kInf, x.reference, x.random), where);
   // A store that may overflow may hold Inf: counted (the loss scaler's
   // business) and unbounded, unless the kernel is known to have stored
   // finite values only.
   if (std::abs(x.value) + x.kernel >= f.overflow_threshold) {
     count_overflow(true, std::abs(x.value) - x.kernel >= f.overflow_threshold);
-    if (!stores_known_finite()) return Bounded::with_bounds(x.value, kInf, x.reference);
+    if (!stores_known_finite()) return Bounded::with_bounds(x.value, kInf, x.reference, x.random);
   }
   if (f.unit_roundoff == 0.0) return x;  // same format as the registers
   if (x.kernel == 0.0 && representable(x.value, f.significand_bits, f.min_exponent)) return x;
-  return Bounded::with_bounds(x.value, x.kernel + f.unit_roundoff * (std::abs(x.value) + x.kernel) + f.underflow_floor,
-                              x.reference);
+  const double rho = f.unit_roundoff * (std::abs(x.value) + x.kernel) + f.underflow_floor;
+  return Bounded::with_bounds(x.value, x.kernel + rho, x.reference, x.random + rho);
 }
 
 // An input of the computation (data, the compute copy of the weights)
@@ -396,13 +403,14 @@ int granularity_exponent(double x);
 // (probabilistic: independent, mean-zero errors; NUMERICS §2).
 template <class F>
 Bounded reduce_sum(long n, F&& term, const Bounded& /*tag*/) {
-  double v = 0.0, k = 0.0, k_squares = 0.0, r = 0.0, magnitude = 0.0, kernel_magnitude = 0.0;
+  double v = 0.0, k = 0.0, q = 0.0, q_squares = 0.0, r = 0.0, magnitude = 0.0, kernel_magnitude = 0.0;
   int granularity = 1 << 20;
   for (long i = 0; i < n; ++i) {
     const Bounded t = term(i);
     v += t.value;
     k += t.kernel;
-    k_squares += t.kernel * t.kernel;
+    q += t.random;
+    q_squares += t.random * t.random;
     r += t.reference;
     magnitude += std::abs(t.value);
     kernel_magnitude += std::abs(t.value) + t.kernel;
@@ -412,10 +420,18 @@ Bounded reduce_sum(long n, F&& term, const Bounded& /*tag*/) {
     return error == 0.0 && (magnitude == 0.0 || magnitude < std::ldexp(1.0, bits + granularity));
   };
   const RoundingModel& m = rounding_model();
-  if (m.reduction == ReductionBound::probabilistic && std::isfinite(k)) k = std::sqrt(k_squares);
-  if (!exact_in(24, k)) k += reduction_gamma(n, m.reduction_u) * kernel_magnitude;
+  if (m.reduction == ReductionBound::probabilistic && std::isfinite(k)) {
+    k -= q;  // the systematic parts still add up
+    q = std::sqrt(q_squares);
+    k += q;
+  }
+  if (!exact_in(24, k)) {
+    const double rho = reduction_gamma(n, m.reduction_u) * kernel_magnitude;
+    k += rho;
+    q += rho;
+  }
   if (!exact_in(53, r)) r += reference_gamma(n) * magnitude;
-  return Bounded::with_bounds(v, detail::unless_overflow(kernel_magnitude, k), r);
+  return Bounded::with_bounds(v, detail::unless_overflow(kernel_magnitude, k), r, q);
 }
 
 // Kahan-compensated sum of n terms into a buffer stored in `where`:
@@ -431,28 +447,37 @@ double compensated_sum(long n, F&& term, Storage, double /*tag*/) {
 
 template <class F>
 Bounded compensated_sum(long n, F&& term, Storage where, const Bounded& /*tag*/) {
-  double v = 0.0, k = 0.0, r = 0.0, magnitude = 0.0, kernel_magnitude = 0.0;
+  double v = 0.0, k = 0.0, q = 0.0, q_squares = 0.0, r = 0.0, magnitude = 0.0, kernel_magnitude = 0.0;
   for (long i = 0; i < n; ++i) {
     const Bounded t = term(i);
     v += t.value;
     k += t.kernel;
+    q += t.random;
+    q_squares += t.random * t.random;
     r += t.reference;
     magnitude += std::abs(t.value);
     kernel_magnitude += std::abs(t.value) + t.kernel;
   }
   const RoundingModel& m = rounding_model();
+  if (m.reduction == ReductionBound::probabilistic && std::isfinite(k)) {
+    k -= q;
+    q = std::sqrt(q_squares);
+    k += q;
+  }
   const StorageFormat& f = m.format(where);
   const double u = std::max(f.unit_roundoff, m.arithmetic_u);
   const double nd = static_cast<double>(n);
-  k += (2.0 * u + 4.0 * nd * u * u) * kernel_magnitude + f.underflow_floor * nd;
+  const double rho = (2.0 * u + 4.0 * nd * u * u) * kernel_magnitude + f.underflow_floor * nd;
+  k += rho;
+  q += rho;
   r += reference_gamma(n) * magnitude;
   // Every partial sum is at most sum |t_i| (+ errors): the buffer may
   // overflow when that reaches the threshold, and must when the total does.
   if (kernel_magnitude + k >= f.overflow_threshold) {
     count_overflow(true, std::abs(v) - k >= f.overflow_threshold);
-    k = kInf;
+    if (!stores_known_finite()) k = kInf;
   }
-  return Bounded::with_bounds(v, detail::unless_overflow(v, k), r);
+  return Bounded::with_bounds(v, detail::unless_overflow(v, k), r, q);
 }
 
 // reduce<T>(n, term) and compensated<T>(n, term, where): the generic entry points.

@@ -47,6 +47,7 @@ expect 0 "Gradient divergence" -- sweep norms --seeds 2 --out "$work/sweep"
 [ -s "$work/sweep/sweep_norms.json" ] || { echo "FAIL: sweep did not write sweep_norms.json"; failures=$((failures + 1)); }
 expect 2 "norms" -- sweep colours
 expect 2 "seeds" -- sweep norms --seeds 0
+expect 0 "float32 \+ Kahan" -- sweep precision --seeds 1
 grep -q "Normalizers under accumulation" "$work/report/report.md" || { echo "FAIL: report lacks the normalizer study"; failures=$((failures + 1)); }
 # User scenarios from TOML: a good file passes, bad ones say what is wrong.
 cat >"$work/good.toml" <<'TOML'
@@ -59,7 +60,41 @@ positions = 4
 data = "padded_sequences"
 split = [[3, 1, 4], [2, 2]]
 TOML
-expect 0 "user_mlp" -- check --config "$work/good.toml" --property Exactness --cases 3
+cat >>"$work/good.toml" <<'TOML'
+
+[[scenario]]
+name = "user_lm_adamw"
+input_features = 8
+positions = 5
+layers = ["rmsnorm", "linear:16", "gelu", "linear:9"]
+loss = "cross_entropy"
+data = "padded_sequences"
+split = [[2, 2, 2, 2], [2, 2, 2, 2]]
+optimizer = "adamw"
+learning_rate = 0.001
+betas = [0.9, 0.95]
+weight_decay = 0.01
+clip_max_norm = 0.5
+warmup_steps = 1
+total_steps = 10
+compute_dtype = "bfloat16"
+accumulate_dtype = "float32"
+
+[[scenario]]
+name = "user_fp16"
+input_features = 6
+layers = ["linear:8", "relu", "linear:2"]
+split = [[4, 4], [4, 4], [4, 4]]
+optimizer = "sgd"
+momentum = 0.9
+nesterov = true
+compute_dtype = "float16"
+loss_scale = 65536
+dynamic_loss_scale = true
+growth_interval = 2
+compensated = true
+TOML
+expect 0 "user_lm_adamw" -- check --config "$work/good.toml" --property Exactness --cases 3
 bad() {  # bad NAME PATTERN TOML-BODY
   printf '%s\n' "$3" >"$work/$1.toml"
   expect 2 "$2" -- check --config "$work/$1.toml"
@@ -105,6 +140,31 @@ name = "g"
 input_features = 4
 layers = ["linear:6", "groupnorm:4", "linear:2"]
 split = [[2]]'
+bad betas "betas must be a list of two numbers" '[[scenario]]
+name = "b"
+input_features = 4
+layers = ["linear:2"]
+split = [[2]]
+optimizer = "adam"
+betas = [0.9]'
+bad warmup "warmup_steps and total_steps go together" '[[scenario]]
+name = "w"
+input_features = 4
+layers = ["linear:2"]
+split = [[2]]
+warmup_steps = 3'
+bad scale "power of two" '[[scenario]]
+name = "s"
+input_features = 4
+layers = ["linear:2"]
+split = [[2]]
+loss_scale = 1000'
+bad nesterov "nesterov needs momentum" '[[scenario]]
+name = "n"
+input_features = 4
+layers = ["linear:2"]
+split = [[2]]
+nesterov = true'
 bad bad_dtype "not one of" '[[scenario]]
 name = "d"
 input_features = 4
