@@ -63,6 +63,7 @@ nlohmann::json report_json(const CheckReport& r) {
                          {"compute_dtype", std::string(dtype_name(s.spec.precision.compute))},
                          {"accumulate_dtype", std::string(dtype_name(s.spec.precision.accumulate))},
                          {"learning_rate", s.spec.procedure.optimizer.lr},
+                         {"procedure", describe_procedure(s.spec.procedure)},
                          {"seed", s.spec.seed},
                          {"vacuous", s.vacuous},
                          {"seconds", s.seconds},

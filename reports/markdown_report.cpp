@@ -42,7 +42,8 @@ void scenario_section(std::ostringstream& md, const ScenarioResult& s) {
      << " × " << s.spec.model.input_features << "; seed " << s.spec.seed << "\n";
   md << "- split (samples per micro-batch, one bracket per window): `" << describe_split(s.spec.split) << "`\n";
   md << "- precision: compute " << dtype_name(s.spec.precision.compute) << ", accumulation buffer "
-     << dtype_name(s.spec.precision.accumulate) << "; optimizer SGD, lr " << s.spec.procedure.optimizer.lr << "\n";
+     << dtype_name(s.spec.precision.accumulate) << "\n";
+  md << "- procedure: " << describe_procedure(s.spec.procedure) << "\n";
   md << "- verdicts: math equivalence " << status_cell(s.math) << "; kernel correctness " << status_cell(s.kernel)
      << "; accumulation equivalence " << status_cell(s.accumulation) << "\n";
   if (!s.passed()) md << "- failure: " << s.first_failure() << "\n";
