@@ -150,9 +150,12 @@ KernelRun TrainingLoop::run(const Scenario& scenario, const Split& split) {
   good_steps_ = 0;
 
   KernelRun out;
+  nominal_length_ = split.front().size();
   for (std::size_t w = 0; w < split.size(); ++w) {
     window_loss_ = 0.0;
     skipped_ = false;
+    window_ = w;
+    window_length_ = split[w].size();
     run_window(scenario.windows[w], split[w]);
     out.windows.push_back(record_window());
   }
@@ -198,8 +201,10 @@ void TrainingLoop::run_window(const ref::Batch& window, const std::vector<long>&
   refresh_compute_weights();
   const std::vector<std::pair<long, long>> ranges = micro_batch_ranges(micro_batches);
   const std::vector<float> scales = loss_scales(window, ranges);
-  for (std::size_t b = 0; b < ranges.size(); ++b)
+  for (std::size_t b = 0; b < ranges.size(); ++b) {
+    micro_batch_index_ = b;
     window_loss_ += micro_batch(window.slice(ranges[b].first, ranges[b].second), scales[b]);
+  }
   finish_window();
 }
 

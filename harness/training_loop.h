@@ -79,6 +79,10 @@ class TrainingLoop {
   std::vector<Tensor> buffers_;                   // BatchNorm running statistics, float32
   Tensor targets_;
   double window_loss_ = 0.0;
+  std::size_t window_ = 0;           // index of the window being run
+  std::size_t window_length_ = 0;    // micro-batches in it
+  std::size_t nominal_length_ = 0;   // micro-batches in the first window (the configured N)
+  std::size_t micro_batch_index_ = 0;
   long step_ = 0;           // optimizer steps taken
   double loss_scale_ = 1.0;
   long good_steps_ = 0;     // steps since the loss scale last changed

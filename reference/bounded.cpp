@@ -57,11 +57,15 @@ int granularity_exponent(double x) {
 }
 
 double reduction_gamma(long n, double u) {
-  const RoundingModel& m = rounding_model();
-  const double nd = static_cast<double>(n);
-  if (m.reduction == ReductionBound::probabilistic) return m.confidence * std::sqrt(nd) * u;
-  const double nu = nd * u;
+  const double nu = static_cast<double>(n) * u;
   return nu < 1.0 ? nu / (1.0 - nu) : kInf;
+}
+
+double combined_bound(const KernelError& e) {
+  const RoundingModel& m = rounding_model();
+  if (m.reduction == ReductionBound::deterministic) return e.systematic + e.random;
+  const double scaled = m.confidence * e.scale;
+  return e.systematic + (scaled < e.random ? scaled : e.random);
 }
 
 }  // namespace gradeq::ref

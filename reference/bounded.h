@@ -112,7 +112,7 @@ class ScopedRoundingModel {
 inline constexpr double kFloat64Roundoff = 0x1p-53;
 inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// gamma for a reduction of n terms under the active model.
+// gamma_n = n u / (1 - n u): the deterministic bound of a sum of n terms.
 double reduction_gamma(long n, double u);
 // The float64 reference's own reductions: always the deterministic form.
 inline double reference_gamma(long n) {
@@ -120,33 +120,74 @@ inline double reference_gamma(long n) {
   return nu / (1.0 - nu);
 }
 
-// The kernel bound has two parts. The random part comes from rounding
-// errors of individual operations, independent from element to element:
-// the probabilistic form adds such parts in quadrature over a sum. The rest
-// is systematic — shared by many elements or not random at all (the float32
-// rounding of a constant such as 1/n, a branch the kernel may take
-// differently) — and always adds linearly.
+// The kernel bound has three parts. Systematic errors are shared by many
+// elements or not random at all — the float32 rounding of a constant such
+// as 1/n, a branch the kernel may take differently — and always add
+// linearly. Random errors come from independent roundings of individual
+// operations; they are tracked twice: `random` is a hard bound on them
+// (adds linearly), `scale` a standard-deviation scale (adds in quadrature
+// over the independent terms of a sum). The bound is
+//   deterministic form:   systematic + random
+//   probabilistic form:   systematic + min(random, lambda * scale)
+// (NUMERICS §2).
+struct KernelError {
+  double systematic = 0.0, random = 0.0, scale = 0.0;
+};
+
 struct Bounded {
   double value = 0.0;
-  double kernel = 0.0;     // bound on |kernel − exact|
-  double random = 0.0;     // the part of `kernel` made of independent roundings
+  double kernel = 0.0;     // bound on |kernel − exact|: combined from `error`
+  KernelError error;
   double reference = 0.0;  // bound on |value − exact|
 
   Bounded() = default;
   // A constant (or input) that enters the kernel as a float32: its kernel
   // error is exactly the float32 rounding of c (systematic: every use of
   // the constant shares it), zero for data generated as float32 values.
-  explicit Bounded(double c)
-      : value(c), kernel(std::abs(static_cast<double>(static_cast<float>(c)) - c)) {}
-  static Bounded with_bounds(double v, double k, double r, double random_part = 0.0) {
-    Bounded b;
-    b.value = v;
-    b.kernel = k;
-    b.random = std::isnan(random_part) ? k : std::min(random_part, k);
-    b.reference = r;
-    return b;
+  explicit Bounded(double c) : value(c) {
+    error.systematic = std::abs(static_cast<double>(static_cast<float>(c)) - c);
+    kernel = error.systematic;
   }
+  // A value with a systematic kernel bound k.
+  static Bounded with_bounds(double v, double k, double r) { return with_error(v, {k, 0.0, 0.0}, r); }
+  static Bounded with_error(double v, const KernelError& e, double r);
 };
+
+namespace detail {
+// c times an error; an exactly zero factor leaves no error, even where a
+// part's hard bound is loose (Inf).
+inline KernelError scaled(const KernelError& e, double c) {
+  if (c == 0.0) return {};
+  return {c * e.systematic, c * e.random, c * e.scale};
+}
+inline KernelError plus(const KernelError& a, const KernelError& b) {
+  return {a.systematic + b.systematic, a.random + b.random, a.scale + b.scale};
+}
+// One operation's own rounding rho: random, in both of its forms.
+inline KernelError with_rounding(KernelError e, double rho) {
+  e.random += rho;
+  e.scale += rho;
+  return e;
+}
+}  // namespace detail
+
+// The bound the active form gives for an error.
+double combined_bound(const KernelError& e);
+
+inline Bounded Bounded::with_error(double v, const KernelError& e, double r) {
+  Bounded b;
+  b.value = v;
+  b.error = e;
+  for (double* part : {&b.error.systematic, &b.error.random, &b.error.scale})
+    if (std::isnan(*part)) *part = kInf;
+  b.kernel = combined_bound(e);
+  if (std::isnan(b.kernel)) {
+    b.kernel = kInf;
+    b.error.systematic = kInf;
+  }
+  b.reference = std::isnan(r) ? kInf : r;
+  return b;
+}
 
 namespace detail {
 // Rounding of one float32 register operation whose exact result is v and
@@ -181,22 +222,36 @@ inline constexpr double kFloat32OverflowThreshold = 0x1.ffffffp127;
 inline double unless_overflow(double v, double k) {
   return std::isnan(k) || std::abs(v) + k >= kFloat32OverflowThreshold ? kInf : k;
 }
+inline KernelError unless_overflow(double v, KernelError e) {
+  if (std::isinf(unless_overflow(v, combined_bound(e)))) e.systematic = kInf;
+  return e;
+}
 
-// The result of one operation: propagated errors k (total) and q (random
-// part) plus the operation's own rounding, which is random.
-inline Bounded rounded(double v, double k, double q, double r, bool exact) {
-  const double rho = arithmetic_rounding(v, k, exact);
-  const double rr = r + reference_rounding(v, r, exact);
-  const double total = unless_overflow(v, k + rho);
-  return Bounded::with_bounds(v, total, std::isnan(rr) ? kInf : rr, q + rho);
+// The result of one operation: propagated error e plus its own rounding.
+inline Bounded rounded(double v, const KernelError& e, double r, bool exact) {
+  const double rho = arithmetic_rounding(v, combined_bound(e), exact);
+  return Bounded::with_error(v, unless_overflow(v, with_rounding(e, rho)), r + reference_rounding(v, r, exact));
+}
+
+// A nonlinear rule err(x, e) — the largest change of the result when the
+// operand moves by e — applied to each part. Where the rule grows faster
+// than linearly, err(total) exceeds the parts' sum: the excess is counted
+// as systematic, so the bound never falls below err(total).
+template <class Rule>
+KernelError through(const KernelError& e, Rule&& err) {
+  KernelError out{err(e.systematic), err(e.random), err(e.scale)};
+  const double total = err(combined_bound(e));
+  const double parts = combined_bound(out);
+  if (!(parts >= total)) out.systematic += total - parts;
+  return out;
 }
 }  // namespace detail
 
-inline Bounded operator-(const Bounded& a) { return Bounded::with_bounds(-a.value, a.kernel, a.reference, a.random); }
+inline Bounded operator-(const Bounded& a) { return Bounded::with_error(-a.value, a.error, a.reference); }
 
 inline Bounded operator+(const Bounded& a, const Bounded& b) {
   const double v = a.value + b.value;
-  return detail::rounded(v, a.kernel + b.kernel, a.random + b.random, a.reference + b.reference,
+  return detail::rounded(v, detail::plus(a.error, b.error), a.reference + b.reference,
                          detail::sum_exact(a.value, b.value, v));
 }
 
@@ -206,10 +261,10 @@ inline Bounded operator-(const Bounded& a, const Bounded& b) { return a + (-b); 
 // The second-order term counts as systematic.
 inline Bounded operator*(const Bounded& a, const Bounded& b) {
   const double v = a.value * b.value;
-  const double k = std::abs(a.value) * b.kernel + std::abs(b.value) * a.kernel + a.kernel * b.kernel;
-  const double q = std::abs(a.value) * b.random + std::abs(b.value) * a.random;
+  KernelError e = detail::plus(detail::scaled(b.error, std::abs(a.value)), detail::scaled(a.error, std::abs(b.value)));
+  e.systematic += a.kernel * b.kernel;
   const double r = std::abs(a.value) * b.reference + std::abs(b.value) * a.reference + a.reference * b.reference;
-  return detail::rounded(v, k, q, r, detail::product_exact(a.value, b.value, v));
+  return detail::rounded(v, e, r, detail::product_exact(a.value, b.value, v));
 }
 
 namespace detail {
@@ -221,16 +276,47 @@ inline double quotient_error(double x, double ex, double y, double ey) {
   if (!(ey < ay)) return kInf;
   return (ex * ay + std::abs(x) * ey) / (ay * (ay - ey));
 }
+
+// x / y with both operands uncertain: the numerator's parts scale by 1/|y|;
+// the denominator's error enters through the nonlinear rule.
+inline KernelError quotient_parts(const Bounded& a, const Bounded& b,
+                                  double (*denominator_rule)(double x, double y, double ey, double floor), double floor) {
+  const double ay = std::abs(b.value);
+  KernelError e = through(b.error, [&](double ey) { return denominator_rule(a.value, b.value, ey, floor); });
+  const double k_total = denominator_rule(a.value, b.value, b.kernel, floor);
+  if (std::isinf(k_total) || ay == 0.0) {
+    e.systematic = kInf;
+    return e;
+  }
+  // Numerator error over the smallest the denominator can be.
+  const double lowest = ay - (floor > 0.0 ? std::min(b.kernel, ay - std::max(floor * (1.0 - 0x1p-22), 0.0)) : b.kernel);
+  return plus(e, scaled(a.error, 1.0 / lowest));
+}
+
+// |x| |1/y' - 1/y| for |y' - y| <= ey: the denominator's part of a quotient.
+inline double reciprocal_error(double x, double y, double ey, double /*floor*/) {
+  const double ay = std::abs(y);
+  if (ey == 0.0) return 0.0;
+  if (!(ey < ay)) return kInf;
+  return std::abs(x) * ey / (ay * (ay - ey));
+}
+
+// The same when the denominator is known to be at least floor > 0 (Adam's
+// sqrt(v) + eps): never unbounded. The kernel's d is a rounded value of a
+// quantity >= floor: allowed one rounding below it.
+inline double positive_reciprocal_error(double x, double d, double ed, double floor) {
+  if (ed == 0.0) return 0.0;
+  const double lowest = std::max(floor * (1.0 - 0x1p-22), d - ed);
+  return std::abs(x) * (1.0 / lowest - 1.0 / d);
+}
 }  // namespace detail
 
-// Nonlinear rules give the random part the same rule applied to the
-// operands' random parts (never more than the total).
+// Nonlinear rules give each part of the error the same rule.
 inline Bounded operator/(const Bounded& a, const Bounded& b) {
   const double v = a.value / b.value;
-  const double k = detail::quotient_error(a.value, a.kernel, b.value, b.kernel);
-  const double q = detail::quotient_error(a.value, a.random, b.value, b.random);
   const double r = detail::quotient_error(a.value, a.reference, b.value, b.reference);
-  return detail::rounded(v, k, std::min(q, k), r, detail::quotient_exact(a.value, b.value, v));
+  return detail::rounded(v, detail::quotient_parts(a, b, detail::reciprocal_error, 0.0), r,
+                         detail::quotient_exact(a.value, b.value, v));
 }
 
 // a / d where d is known to be at least `floor` > 0 in exact arithmetic and
@@ -238,23 +324,23 @@ inline Bounded operator/(const Bounded& a, const Bounded& b) {
 // becomes unbounded: with d_lo = max(floor, d - e_d),
 //   |a'/d' - a/d| <= e_a / d_lo + |a| (1/d_lo - 1/d).
 inline double divide_by_positive(double a, double d, double /*floor*/) { return a / d; }
-
-namespace detail {
-inline double positive_quotient_error(double a, double ea, double d, double ed, double floor) {
-  if (ea == 0.0 && ed == 0.0) return 0.0;
-  // The kernel's d is the rounded value of a quantity >= floor: allow it
-  // to sit one rounding below.
-  const double lowest = std::max(floor * (1.0 - 0x1p-22), d - ed);
-  return ea / lowest + std::abs(a) * (1.0 / lowest - 1.0 / d);
-}
-}  // namespace detail
-
 inline Bounded divide_by_positive(const Bounded& a, const Bounded& d, double floor) {
   const double v = a.value / d.value;
-  const double k = detail::positive_quotient_error(a.value, a.kernel, d.value, d.kernel, floor);
-  const double q = detail::positive_quotient_error(a.value, a.random, d.value, d.random, floor);
-  const double r = detail::positive_quotient_error(a.value, a.reference, d.value, d.reference, floor);
-  return detail::rounded(v, k, std::min(q, k), r, detail::quotient_exact(a.value, d.value, v));
+  const double lowest_r = std::max(floor, d.value - d.reference);
+  const double r = a.reference / lowest_r + std::abs(a.value) * (1.0 / lowest_r - 1.0 / d.value);
+  return detail::rounded(v, detail::quotient_parts(a, d, detail::positive_reciprocal_error, floor),
+                         std::isnan(r) ? 0.0 : r, detail::quotient_exact(a.value, d.value, v));
+}
+
+// A quantity known to lie within [-radius, radius] in exact arithmetic and
+// in the kernel (an invariant of the algorithm, e.g. Adam's |m| / sqrt(v)):
+// its error is at most 2 radius, whatever the propagation rules said.
+inline double within_radius(double x, double) { return x; }
+inline Bounded within_radius(const Bounded& x, double radius) {
+  Bounded out = x;
+  if (!(x.kernel <= 2.0 * radius)) out = Bounded::with_error(x.value, {2.0 * radius, 0.0, 0.0}, x.reference);
+  if (!(out.reference <= 2.0 * radius)) out.reference = 2.0 * radius;
+  return out;
 }
 
 inline Bounded& operator+=(Bounded& a, const Bounded& b) { return a = a + b; }
@@ -268,18 +354,23 @@ inline double value_of(double x) { return x; }
 inline double value_of(const Bounded& x) { return x.value; }
 
 inline double abs(double x) { return std::abs(x); }
-inline Bounded abs(const Bounded& x) { return Bounded::with_bounds(std::abs(x.value), x.kernel, x.reference, x.random); }
+inline Bounded abs(const Bounded& x) { return Bounded::with_error(std::abs(x.value), x.error, x.reference); }
 
 inline double max(double a, double b) { return std::max(a, b); }
 inline double min(double a, double b) { return std::min(a, b); }
-// max and min are 1-Lipschitz in each argument.
+// max and min are 1-Lipschitz in each argument: the larger error, part by part.
+namespace detail {
+inline KernelError larger(const KernelError& a, const KernelError& b) {
+  return {std::max(a.systematic, b.systematic), std::max(a.random, b.random), std::max(a.scale, b.scale)};
+}
+}  // namespace detail
 inline Bounded max(const Bounded& a, const Bounded& b) {
-  return Bounded::with_bounds(std::max(a.value, b.value), std::max(a.kernel, b.kernel),
-                              std::max(a.reference, b.reference), std::max(a.random, b.random));
+  return Bounded::with_error(std::max(a.value, b.value), detail::larger(a.error, b.error),
+                             std::max(a.reference, b.reference));
 }
 inline Bounded min(const Bounded& a, const Bounded& b) {
-  return Bounded::with_bounds(std::min(a.value, b.value), std::max(a.kernel, b.kernel),
-                              std::max(a.reference, b.reference), std::max(a.random, b.random));
+  return Bounded::with_error(std::min(a.value, b.value), detail::larger(a.error, b.error),
+                             std::max(a.reference, b.reference));
 }
 
 // 1 where x > 0, else 0 (ReLU's mask). Where |x| is within a non-zero
@@ -324,13 +415,14 @@ inline double tanh_error(double x, double e) {
 
 inline double sqrt(double x) { return std::sqrt(x); }
 namespace detail {
-// A unary function with propagation rule `err`: total and random parts.
+// A unary function with propagation rule err(x, e), applied part by part,
+// plus the library function's own error.
 template <class Error>
 Bounded unary(const Bounded& x, double v, Error&& err) {
-  const double k = err(x.value, x.kernel), q = std::min(err(x.value, x.random), k);
-  const double rho = transcendental_rounding(v, k);
-  return Bounded::with_bounds(v, unless_overflow(v, k + rho), err(x.value, x.reference) + reference_transcendental_rounding(v),
-                              q + rho);
+  const KernelError e = through(x.error, [&](double part) { return err(x.value, part); });
+  const double rho = transcendental_rounding(v, combined_bound(e));
+  return Bounded::with_error(v, unless_overflow(v, with_rounding(e, rho)),
+                             err(x.value, x.reference) + reference_transcendental_rounding(v));
 }
 }  // namespace detail
 
@@ -356,36 +448,48 @@ double round_to_format(double v, int significand_bits, int min_exponent);
 inline double store(double x, Storage) { return x; }
 inline Bounded store(const Bounded& x, Storage where) {
   const StorageFormat& f = rounding_model().format(where);
-  if (std::isnan(x.kernel)) return store(Bounded::with_bounds(x.value, kInf, x.reference, x.random), where);
   // A store that may overflow may hold Inf: counted (the loss scaler's
   // business) and unbounded, unless the kernel is known to have stored
   // finite values only.
-  if (std::abs(x.value) + x.kernel >= f.overflow_threshold) {
+  if (!(std::abs(x.value) + x.kernel < f.overflow_threshold)) {
     count_overflow(true, std::abs(x.value) - x.kernel >= f.overflow_threshold);
-    if (!stores_known_finite()) return Bounded::with_bounds(x.value, kInf, x.reference, x.random);
+    if (!stores_known_finite() || std::isnan(x.kernel)) {
+      KernelError e = x.error;
+      e.systematic = kInf;
+      return Bounded::with_error(x.value, e, x.reference);
+    }
   }
   if (f.unit_roundoff == 0.0) return x;  // same format as the registers
   if (x.kernel == 0.0 && representable(x.value, f.significand_bits, f.min_exponent)) return x;
   const double rho = f.unit_roundoff * (std::abs(x.value) + x.kernel) + f.underflow_floor;
-  return Bounded::with_bounds(x.value, x.kernel + rho, x.reference, x.random + rho);
+  return Bounded::with_error(x.value, detail::with_rounding(x.error, rho), x.reference);
 }
 
 // An input of the computation (data, the compute copy of the weights)
-// stored to a narrower dtype. Every run rounds the same known value the
-// same way, so the reference takes the rounded value itself, exactly: the
-// runs then compute the same model, and the narrowing is not an error
-// between them. (Results stored by a run use store(): their rounding
-// differs from run to run and is bounded.) T = double: the identity.
+// stored to a narrower dtype: every run rounds its value the same way, so
+// the reference rounds its value too and computes the model the kernel
+// computes. The rounded value is exact unless the value's uncertainty
+// straddles a rounding boundary: then it may be off by the distance to the
+// other candidate. Applied to both bounds, which keeps runs whose values
+// agree within float64 rounding on the same rounded model.
+// T = double: the identity.
 inline double quantize(double x, Storage) { return x; }
 inline Bounded quantize(const Bounded& x, Storage where) {
   const StorageFormat& f = rounding_model().format(where);
-  if (f.unit_roundoff == 0.0 || x.kernel != 0.0 || x.reference != 0.0 || !(std::abs(x.value) < f.overflow_threshold))
-    return store(x, where);
-  return Bounded::with_bounds(round_to_format(x.value, f.significand_bits, f.min_exponent), 0.0, 0.0);
+  if (f.unit_roundoff == 0.0) return x;
+  // The value is always rounded (values never depend on bounds); a bound
+  // that reaches the overflow threshold, or none at all, stays unbounded.
+  const auto rounded_value = [&](double v) { return round_to_format(v, f.significand_bits, f.min_exponent); };
+  const double v = rounded_value(x.value);
+  const auto spread = [&](double e) {
+    if (e == 0.0) return 0.0;
+    if (!(std::abs(x.value) + e < f.overflow_threshold)) return kInf;
+    return std::max(std::abs(rounded_value(x.value - e) - v), std::abs(rounded_value(x.value + e) - v));
+  };
+  return Bounded::with_error(v, {spread(x.kernel), 0.0, 0.0}, spread(x.reference));
 }
 
-// Sum of n terms term(0..n-1), in whatever order the kernel chooses. The
-// bound on the reduction holds for every order (deterministic form).
+// Sum of n terms term(0..n-1), in whatever order the kernel chooses.
 template <class F>
 double reduce_sum(long n, F&& term, double /*tag*/) {
   double s = 0.0;
@@ -399,39 +503,50 @@ double reduce_sum(long n, F&& term, double /*tag*/) {
 // set bit.
 int granularity_exponent(double x);
 
-// Propagated errors of the terms add up (deterministic), or in quadrature
-// (probabilistic: independent, mean-zero errors; NUMERICS §2).
+// The parts of a sum's error: systematic parts and hard random bounds add
+// up; standard-deviation scales of independent terms add in quadrature.
+// Then the sum's own rounding: hard gamma_n sum |t|, scale sqrt(n) u sum |t|
+// (each of n roundings is at most u times a partial sum).
+namespace detail {
+struct SumOfErrors {
+  double systematic = 0.0, random = 0.0, scale_squares = 0.0;
+  void add(const KernelError& e) {
+    systematic += e.systematic;
+    random += e.random;
+    scale_squares += e.scale * e.scale;
+  }
+  KernelError with_rounding(long n, double u, double magnitude, double rounding_hard) const {
+    return {systematic, random + rounding_hard,
+            std::sqrt(scale_squares) + std::sqrt(static_cast<double>(n)) * u * magnitude};
+  }
+};
+}  // namespace detail
+
 template <class F>
 Bounded reduce_sum(long n, F&& term, const Bounded& /*tag*/) {
-  double v = 0.0, k = 0.0, q = 0.0, q_squares = 0.0, r = 0.0, magnitude = 0.0, kernel_magnitude = 0.0;
+  double v = 0.0, r = 0.0, magnitude = 0.0, kernel_magnitude = 0.0;
+  detail::SumOfErrors errors;
+  bool exact_terms = true;
   int granularity = 1 << 20;
   for (long i = 0; i < n; ++i) {
     const Bounded t = term(i);
     v += t.value;
-    k += t.kernel;
-    q += t.random;
-    q_squares += t.random * t.random;
+    errors.add(t.error);
+    exact_terms = exact_terms && t.kernel == 0.0;
     r += t.reference;
     magnitude += std::abs(t.value);
     kernel_magnitude += std::abs(t.value) + t.kernel;
     if (t.value != 0.0) granularity = std::min(granularity, granularity_exponent(t.value));
   }
-  const auto exact_in = [&](int bits, double error) {
-    return error == 0.0 && (magnitude == 0.0 || magnitude < std::ldexp(1.0, bits + granularity));
+  const auto exact_in = [&](int bits, bool exact) {
+    return exact && (magnitude == 0.0 || magnitude < std::ldexp(1.0, bits + granularity));
   };
   const RoundingModel& m = rounding_model();
-  if (m.reduction == ReductionBound::probabilistic && std::isfinite(k)) {
-    k -= q;  // the systematic parts still add up
-    q = std::sqrt(q_squares);
-    k += q;
-  }
-  if (!exact_in(24, k)) {
-    const double rho = reduction_gamma(n, m.reduction_u) * kernel_magnitude;
-    k += rho;
-    q += rho;
-  }
-  if (!exact_in(53, r)) r += reference_gamma(n) * magnitude;
-  return Bounded::with_bounds(v, detail::unless_overflow(kernel_magnitude, k), r, q);
+  const bool exact = exact_in(24, exact_terms);
+  const KernelError e = errors.with_rounding(n, exact ? 0.0 : m.reduction_u, kernel_magnitude,
+                                             exact ? 0.0 : reduction_gamma(n, m.reduction_u) * kernel_magnitude);
+  if (!exact_in(53, r == 0.0)) r += reference_gamma(n) * magnitude;
+  return Bounded::with_error(v, detail::unless_overflow(kernel_magnitude, e), r);
 }
 
 // Kahan-compensated sum of n terms into a buffer stored in `where`:
@@ -447,37 +562,31 @@ double compensated_sum(long n, F&& term, Storage, double /*tag*/) {
 
 template <class F>
 Bounded compensated_sum(long n, F&& term, Storage where, const Bounded& /*tag*/) {
-  double v = 0.0, k = 0.0, q = 0.0, q_squares = 0.0, r = 0.0, magnitude = 0.0, kernel_magnitude = 0.0;
+  double v = 0.0, r = 0.0, magnitude = 0.0, kernel_magnitude = 0.0;
+  detail::SumOfErrors errors;
   for (long i = 0; i < n; ++i) {
     const Bounded t = term(i);
     v += t.value;
-    k += t.kernel;
-    q += t.random;
-    q_squares += t.random * t.random;
+    errors.add(t.error);
     r += t.reference;
     magnitude += std::abs(t.value);
     kernel_magnitude += std::abs(t.value) + t.kernel;
   }
   const RoundingModel& m = rounding_model();
-  if (m.reduction == ReductionBound::probabilistic && std::isfinite(k)) {
-    k -= q;
-    q = std::sqrt(q_squares);
-    k += q;
-  }
   const StorageFormat& f = m.format(where);
   const double u = std::max(f.unit_roundoff, m.arithmetic_u);
   const double nd = static_cast<double>(n);
-  const double rho = (2.0 * u + 4.0 * nd * u * u) * kernel_magnitude + f.underflow_floor * nd;
-  k += rho;
-  q += rho;
+  const double kahan = (2.0 * u + 4.0 * nd * u * u) * kernel_magnitude + f.underflow_floor * nd;
+  KernelError e = errors.with_rounding(n, 0.0, 0.0, kahan);
+  e.scale += kahan;
   r += reference_gamma(n) * magnitude;
   // Every partial sum is at most sum |t_i| (+ errors): the buffer may
   // overflow when that reaches the threshold, and must when the total does.
-  if (kernel_magnitude + k >= f.overflow_threshold) {
-    count_overflow(true, std::abs(v) - k >= f.overflow_threshold);
-    if (!stores_known_finite()) k = kInf;
+  if (!(kernel_magnitude + combined_bound(e) < f.overflow_threshold)) {
+    count_overflow(true, std::abs(v) - combined_bound(e) >= f.overflow_threshold);
+    if (!stores_known_finite()) e.systematic = kInf;
   }
-  return Bounded::with_bounds(v, detail::unless_overflow(v, k), r, q);
+  return Bounded::with_error(v, detail::unless_overflow(v, e), r);
 }
 
 // reduce<T>(n, term) and compensated<T>(n, term, where): the generic entry points.

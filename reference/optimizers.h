@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "reference/bounded.h"
@@ -78,7 +79,18 @@ void sgd_step(Matrix<T>& p, const Matrix<T>& g, const T& lr) {
 //   p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps),  bc_i = 1 - b_i^t,
 // with Adam's L2 (g += wd p) or AdamW's decoupled decay (p *= 1 - lr wd).
 // The denominator is at least eps, which bounds the update even where the
-// gradient's sign is uncertain.
+// gradient's sign is uncertain; and Adam's invariant bounds it better:
+// by Cauchy-Schwarz over the gradient history, when b1^2 < b2,
+//   |m| <= (1 - b1) / sqrt((1 - b1^2 / b2) (1 - b2)) * sqrt(v),
+// so |m / (sqrt(v) / sqrt(bc2) + eps)| <= that constant * sqrt(bc2), for the
+// exact values and the kernel's alike (its m and v come from its own
+// gradients). A margin of 1e-3 covers the rounding of m and v.
+inline double adam_ratio_radius(const OptimizerSpec& o, double bc2) {
+  const double q = o.beta1 * o.beta1 / o.beta2;
+  if (!(q < 1.0)) return std::numeric_limits<double>::infinity();
+  return (1.0 - o.beta1) / std::sqrt((1.0 - q) * (1.0 - o.beta2)) * std::sqrt(bc2) * (1.0 + 1e-3);
+}
+
 template <class T>
 void adam_step(const OptimizerSpec& o, double lr, long step, Matrix<T>& p, const Matrix<T>& grad, Matrix<T>& m,
                Matrix<T>& v) {
@@ -87,6 +99,7 @@ void adam_step(const OptimizerSpec& o, double lr, long step, Matrix<T>& p, const
   const T b1(o.beta1), one_minus_b1(1.0 - o.beta1), b2(o.beta2), one_minus_b2(1.0 - o.beta2);
   const T step_size(lr / bc1), inv_sqrt_bc2(1.0 / std::sqrt(bc2)), eps(o.eps);
   const T decay(1.0 - lr * o.weight_decay), wd(o.weight_decay);
+  const double radius = adam_ratio_radius(o, bc2);
   for (long i = 0; i < p.size(); ++i) {
     T g = grad.data()[i];
     if (o.kind == OptimizerKind::adam && o.weight_decay != 0.0) g = g + wd * p.data()[i];
@@ -94,7 +107,7 @@ void adam_step(const OptimizerSpec& o, double lr, long step, Matrix<T>& p, const
     m.data()[i] = b1 * m.data()[i] + one_minus_b1 * g;
     v.data()[i] = b2 * v.data()[i] + one_minus_b2 * (g * g);
     const T denom = sqrt(v.data()[i]) * inv_sqrt_bc2 + eps;
-    p.data()[i] = p.data()[i] - step_size * divide_by_positive(m.data()[i], denom, o.eps);
+    p.data()[i] = p.data()[i] - step_size * within_radius(divide_by_positive(m.data()[i], denom, o.eps), radius);
   }
 }
 

@@ -1,0 +1,31 @@
+// mutants.h — deliberately wrong variants of the backend and of the
+// training loop, one per single-process bug of shared/BUGS.md. Each is a
+// small subclass of the correct code; the self-test (`gradeq selftest`)
+// shows that some property catches every one of them. A mutant must never
+// be used for anything else.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "harness/equivalence.h"
+#include "kernels/backend.h"
+
+namespace gradeq {
+
+struct Mutant {
+  std::string id;      // "B3", as in shared/BUGS.md
+  std::string bug;     // what is wrong, in a line
+  std::string source;  // where it happened in the wild
+  // Wraps the backend under test (nullptr: the backend as is).
+  std::function<std::unique_ptr<Backend>(Backend&)> wrap_backend;
+  // The training loop (nullptr: the correct one).
+  LoopFactory loop;
+};
+
+const std::vector<Mutant>& mutants();
+const Mutant* find_mutant(const std::string& id);
+
+}  // namespace gradeq
