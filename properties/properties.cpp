@@ -195,7 +195,7 @@ const std::vector<Property>& default_properties() {
       {"ReferenceSelfConsistency",
        "float64 reference: accumulated equals full batch within float64 rounding (layers that treat samples "
        "independently)",
-       independent_scenario(), reference_self_consistency},
+       independent_scenario(), reference_self_consistency, false},
       {"KernelCorrectness", "backend vs reference, full batch and accumulated, within the error-model bound",
        independent_scenario(), kernel_correctness},
       {"AccumulationEquivalence", "accumulated backend run vs full-batch reference, within the error-model bound",
@@ -204,9 +204,9 @@ const std::vector<Property>& default_properties() {
       {"BatchNormKernelCorrectness", "batchnorm models: backend vs its own (accumulated) reference, running "
        "statistics included", batchnorm_scenario(), kernel_correctness},
       {"BatchNormDivergence", "batchnorm: R_acc departs from R_full beyond float64 rounding iff a window has "
-       "several micro-batches", batchnorm_scenario(), batchnorm_divergence},
+       "several micro-batches", batchnorm_scenario(), batchnorm_divergence, false},
       {"ExactBatchNormEquivalence", "exact batchnorm under accumulation (window statistics): R_acc equals R_full "
-       "within float64 rounding", batchnorm_scenario(), exact_batchnorm_equivalence},
+       "within float64 rounding", batchnorm_scenario(), exact_batchnorm_equivalence, false},
       {"OptimizerTrajectoryEquivalence", "SGD/momentum/Nesterov/Adam/AdamW, binding clip, warmup-cosine, several "
        "windows: weights and optimizer state equivalent every window", optimizer_scenario(), trajectory_equivalence},
       {"MixedPrecisionEquivalence", "bfloat16/float16 compute, float32/bfloat16/float16 buffers, Kahan, float16 "
@@ -214,7 +214,7 @@ const std::vector<Property>& default_properties() {
       {"LongAccumulation", "64 to 300 micro-batches into a float32 buffer: within the bound",
        long_accumulation_scenario(), trajectory_equivalence},
       {"EqualSplitShortcut", "1/(N n_b) normalization equals the window's global count iff item counts are equal",
-       equal_split_shortcut_scenario(), equal_split_shortcut},
+       equal_split_shortcut_scenario(), equal_split_shortcut, false},
   };
   return properties;
 }

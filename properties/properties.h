@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,9 @@ struct Property {
   std::string description;
   rc::Gen<ScenarioSpec> generator;
   PropertyCheck check;
+  // False for properties of the float64 reference alone: they never run
+  // the backend, so they cannot catch (or be fooled by) a kernel bug.
+  bool exercises_backend = true;
 };
 
 // R_acc vs R_full within the float64 error bound.

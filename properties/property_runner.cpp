@@ -67,7 +67,10 @@ PropertyRun run_property(const Property& p, PropertyContext& ctx, const Property
   const auto property = [&] {
     const ScenarioSpec spec = *p.generator;
     const Evidence e = p.check(spec, ctx);
-    if (!e.holds) throw CaseResult(CaseResult::Type::Failure, e.message);
+    if (!e.holds) {
+      out.counterexample_spec = spec;  // the last failing case tried is the shrunk one
+      throw CaseResult(CaseResult::Type::Failure, e.message);
+    }
     if (e.discard) throw CaseResult(CaseResult::Type::Discard, e.discard_reason);
     tally.last_ratio = e.worst_ratio;
     tally.last_case = describe_scenario(spec);

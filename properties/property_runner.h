@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "properties/properties.h"
@@ -23,6 +24,7 @@ struct PropertyRun {
   bool passed = false;
   int cases = 0;                 // successful cases run
   std::string counterexample;    // shrunk, as shown by showValue
+  std::optional<ScenarioSpec> counterexample_spec;
   std::string message;           // why the counterexample fails
   std::string reproduce;         // RC_PARAMS value that replays the failure
   double worst_ratio = 0.0;      // largest error/bound over passing cases

@@ -589,7 +589,62 @@ Bounded compensated_sum(long n, F&& term, Storage where, const Bounded& /*tag*/)
   return Bounded::with_error(v, detail::unless_overflow(v, e), r);
 }
 
-// reduce<T>(n, term) and compensated<T>(n, term, where): the generic entry points.
+// The accumulation buffer receiving n terms one after another: partial sum
+// b is G_b = fl(G_{b-1} + t_b) in float32, stored in the buffer's dtype.
+// Each add's rounding (float32 register, then the store) is random and
+// independent of the others — unless the term is below half an ulp of the
+// partial sum, where the buffer stagnates (256 + 1 = 256 in bfloat16) and
+// the error is the lost term itself, which counts as systematic. Exact
+// terms whose partial sums all fit the buffer accumulate exactly.
+template <class F>
+double accumulated_sum(long n, F&& term, Storage, double /*tag*/) {
+  double s = 0.0;
+  for (long i = 0; i < n; ++i) s += term(i);
+  return s;
+}
+
+template <class F>
+Bounded accumulated_sum(long n, F&& term, Storage where, const Bounded& /*tag*/) {
+  const RoundingModel& m = rounding_model();
+  const StorageFormat& f = m.format(where);
+  const int p = f.unit_roundoff == 0.0 ? 24 : f.significand_bits;
+  const int e_min = f.unit_roundoff == 0.0 ? -126 : f.min_exponent;
+  const double u = std::max(f.unit_roundoff, m.arithmetic_u);
+  double v = 0.0, r = 0.0, magnitude = 0.0;
+  KernelError e;
+  double scale_squares = 0.0;
+  bool exact = true;
+  for (long b = 0; b < n; ++b) {
+    const Bounded t = term(b);
+    const double before = v;
+    v += t.value;
+    r += t.reference;
+    magnitude += std::abs(t.value);
+    e.systematic += t.error.systematic;
+    e.random += t.error.random;
+    scale_squares += t.error.scale * t.error.scale;
+    exact = exact && t.kernel == 0.0 && representable(v, p, e_min) && representable(v, 24, -126);
+    if (exact) continue;
+    const double k = combined_bound(e);
+    if (b == 0 && f.unit_roundoff == 0.0) continue;  // the first term lands in float32 exactly
+    const double rho = (b == 0 ? f.unit_roundoff : u + f.unit_roundoff) * (std::abs(v) + k) + f.underflow_floor;
+    if (b > 0 && std::abs(t.value) + t.kernel < u * std::abs(before)) {
+      e.systematic += rho;  // stagnation: the rounding takes the term, always in its direction
+    } else {
+      e.random += rho;
+      scale_squares += rho * rho;
+    }
+    if (!(std::abs(v) + k + rho < f.overflow_threshold)) {
+      count_overflow(true, std::abs(v) - k >= f.overflow_threshold);
+      if (!stores_known_finite()) e.systematic = kInf;
+    }
+  }
+  e.scale = std::sqrt(scale_squares);
+  if (!exact && n > 1) r += reference_gamma(n) * magnitude;
+  return Bounded::with_error(v, detail::unless_overflow(v, e), r);
+}
+
+// reduce<T>(n, term), accumulated<T>, compensated<T>: the generic entry points.
 template <class T, class F>
 T reduce(long n, F&& term) {
   return reduce_sum(n, std::forward<F>(term), T{});
@@ -598,6 +653,11 @@ T reduce(long n, F&& term) {
 template <class T, class F>
 T compensated(long n, F&& term, Storage where) {
   return compensated_sum(n, std::forward<F>(term), where, T{});
+}
+
+template <class T, class F>
+T accumulated(long n, F&& term, Storage where) {
+  return accumulated_sum(n, std::forward<F>(term), where, T{});
 }
 
 }  // namespace gradeq::ref

@@ -168,7 +168,7 @@ WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfi
   if (exact_bn) out.forward_passes += detail::exact_window_norms(spec, weights, micro_batches, scales, window_norms);
 
   std::vector<T> losses;
-  std::vector<Tensors<T>> staged;  // compensated mode: every micro-batch's gradient, float32
+  std::vector<Tensors<T>> staged;  // every micro-batch's fresh gradient
   const OverflowTally tally_before = overflow_tally();
   for (std::size_t b = 0; b < micro_batches.size(); ++b) {
     const Batch& mb = micro_batches[b];
@@ -181,27 +181,19 @@ WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfi
     const Tensors<T> g = backward_with_layer_grads(spec, weights, tape, stored(loss.dy, Storage::compute),
                                                    exact_bn ? &window_norms : nullptr)
                              .grads;
-    if (config.compensated) {
-      staged.push_back(g);
-      continue;
-    }
-    for (std::size_t p = 0; p < g.size(); ++p) {
-      if (b == 0) {
-        out.grads[p] = stored(g[p], Storage::accumulate);
-      } else {
-        Matrix<T> sum = out.grads[p] + g[p];
-        out.grads[p] = stored(sum, Storage::accumulate);
-      }
+    staged.push_back(g);
+  }
+  // The buffer receives the micro-batches' gradients one after another:
+  // plainly (the GEMM adds into it with beta = 1) or Kahan-compensated.
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    out.grads[p] = Matrix<T>(params[p].rows(), params[p].cols());
+    for (long i = 0; i < out.grads[p].size(); ++i) {
+      const auto term = [&](long b) { return staged[b][p].data()[i]; };
+      const long n = static_cast<long>(staged.size());
+      out.grads[p].data()[i] = config.compensated ? compensated<T>(n, term, Storage::accumulate)
+                                                  : accumulated<T>(n, term, Storage::accumulate);
     }
   }
-  if (config.compensated)
-    for (std::size_t p = 0; p < params.size(); ++p) {
-      out.grads[p] = Matrix<T>(params[p].rows(), params[p].cols());
-      for (long i = 0; i < out.grads[p].size(); ++i)
-        out.grads[p].data()[i] = compensated<T>(static_cast<long>(staged.size()), [&](long b) {
-          return staged[b][p].data()[i];
-        }, Storage::accumulate);
-    }
   if (exact_bn) {
     const std::vector<long> first_buf = first_buffer(spec);
     for (std::size_t l = 0; l < spec.layers.size(); ++l)

@@ -10,10 +10,13 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/cli/gate.h"
+#include "harness/cli/selftest.h"
 
 namespace gradeq {
 
 nlohmann::json report_json(const CheckReport& report);
+nlohmann::json selftest_json(const SelfTestReport& report);
+std::string selftest_markdown(const SelfTestReport& report);
 nlohmann::json norm_sweep_json(const NormSweep& sweep);
 std::string norm_sweep_markdown(const NormSweep& sweep);
 nlohmann::json precision_sweep_json(const PrecisionSweep& sweep);

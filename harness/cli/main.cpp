@@ -3,6 +3,7 @@
 //   gradeq check   [options]            the gate: exit 0 pass, 1 failure
 //   gradeq report  --out DIR [options]  the gate, plus report.json/.md and junit.xml
 //   gradeq sweep   norms|precision [--seeds N] [--out DIR]   the studies
+//   gradeq selftest [--campaign N] [--out DIR]      every property vs every mutant
 //   gradeq list    [scenarios|properties|backends]
 //
 // Exit codes: 0 pass, 1 verification failure, 2 bad usage or input,
@@ -168,6 +169,58 @@ int run_sweep(const SweepArgs& a) {
   return kExitPass;
 }
 
+struct SelfTestArgs {
+  std::string backend = "cpu";
+  std::uint64_t seed = 1;
+  int cases = 100;
+  long campaign = 0;
+  long campaign_mutant_cases = 2000;
+  int threads = 2;
+  std::string out_dir;
+};
+
+int run_selftest_command(const SelfTestArgs& a) {
+  std::unique_ptr<Backend> backend = make_backend(a.backend);
+  SelfTestOptions options;
+  options.seed = a.seed;
+  options.cases = a.cases;
+  options.campaign_cases = a.campaign;
+  options.campaign_mutant_cases = a.campaign_mutant_cases;
+  options.threads = a.threads;
+  ProgressSink progress;
+  if (stderr_is_terminal()) progress = [](const std::string& line) { std::cerr << "\r\033[K" << line << std::flush; };
+  const SelfTestReport report = run_selftest(options, *backend, progress);
+  if (progress) std::cerr << "\r\033[K" << std::flush;
+  for (const PropertyRun& p : report.correct)
+    std::cout << fmt::format("  {:4}  correct code  {:30} {} cases, worst err/bound {:.2e}\n", p.passed ? "pass" : "FAIL",
+                             p.name, p.cases, p.worst_ratio);
+  for (const MutantSummary& m : report.mutants) {
+    std::string by;
+    for (const std::string& p : m.caught_by) by += (by.empty() ? "" : ", ") + p;
+    std::cout << fmt::format("  {:8}  {:4} {}\n", m.caught_by.empty() ? "SURVIVED" : "caught", m.id,
+                             m.caught_by.empty() ? m.bug : "by " + by);
+  }
+  for (const B16Threshold& t : report.b16)
+    std::cout << fmt::format("  B16 with {} compute: caught from N = {}\n", dtype_name(t.compute),
+                             t.first_caught < 0 ? std::string("never (up to 256)") : std::to_string(t.first_caught));
+  if (report.campaign) {
+    const Campaign& c = *report.campaign;
+    std::cout << fmt::format("  campaign: {} cases, {} false alarms, {} discarded, worst err/bound {:.3f}\n", c.cases,
+                             c.false_alarms, c.discarded, c.worst_ratio);
+    for (const CampaignMutant& m : c.mutants)
+      std::cout << fmt::format("    {:4} detected {:5}/{:<5} smallest err/bound {:10.3g} separation {:.3g}\n", m.id,
+                               m.detected, m.cases, m.smallest_detecting_ratio, m.separation);
+  }
+  std::cout << fmt::format("selftest: {} ({} mutants, {} survived) in {:.1f} s\n", report.passed() ? "PASS" : "FAIL",
+                           report.mutants.size(), report.survivors().size(), report.seconds);
+  if (!a.out_dir.empty()) {
+    write_text(std::filesystem::path(a.out_dir) / "selftest.json", selftest_json(report).dump(2) + "\n");
+    write_text(std::filesystem::path(a.out_dir) / "selftest.md", selftest_markdown(report));
+    std::cout << "wrote " << a.out_dir << "/selftest.json, selftest.md\n";
+  }
+  return report.passed() ? kExitPass : kExitFail;
+}
+
 int run_list(const std::string& what) {
   if (what == "scenarios" || what == "all") {
     std::cout << "scenarios:\n";
@@ -212,6 +265,18 @@ int main(int argc, char** argv) {
   sweep->add_option("--seed", sweep_args.seed, "Run seed")->check(CLI::PositiveNumber);
   sweep->add_option("--out", sweep_args.out_dir, "Also write sweep_norms.json and sweep_norms.md here");
 
+  SelfTestArgs selftest_args;
+  CLI::App* selftest = app.add_subcommand("selftest", "Show the harness can fail: every property against every mutant");
+  selftest->add_option("--backend", selftest_args.backend, "Backend the mutants wrap")->check(CLI::IsMember({"cpu", "cuda"}));
+  selftest->add_option("--seed", selftest_args.seed, "Run seed")->check(CLI::PositiveNumber);
+  selftest->add_option("--cases", selftest_args.cases, "Cases per property and mutant")->check(CLI::Range(1, 1000000));
+  selftest->add_option("--campaign", selftest_args.campaign, "Also run a calibration campaign of this many cases")
+      ->check(CLI::Range(1L, 100000000L));
+  selftest->add_option("--campaign-mutant-cases", selftest_args.campaign_mutant_cases,
+                       "Cases each mutant sees in the campaign")->check(CLI::Range(1L, 100000000L));
+  selftest->add_option("--threads", selftest_args.threads, "Worker threads for the campaign")->check(CLI::Range(1, 64));
+  selftest->add_option("--out", selftest_args.out_dir, "Write selftest.json and selftest.md here");
+
   std::string list_what = "all";
   CLI::App* list = app.add_subcommand("list", "List scenarios, properties and backends");
   list->add_option("what", list_what, "scenarios, properties, backends or all")
@@ -242,6 +307,7 @@ int main(int argc, char** argv) {
     if (*report) return run_check(report_args, out_dir);
     if (*list) return run_list(list_what);
     if (*sweep) return run_sweep(sweep_args);
+    if (*selftest) return run_selftest_command(selftest_args);
   } catch (const EnvironmentError& e) {
     std::cerr << "gradeq: " << e.what() << "\n";
     return kExitEnvironment;

@@ -1,0 +1,94 @@
+// selftest.h — the harness proving it can fail. Every property that runs
+// the backend is run against correct code and against every mutant
+// (kernels/mutants): each mutant must be caught by at least one property,
+// with a shrunk counterexample, and correct code must pass. The optional
+// calibration campaign runs many random cases on correct code and on each
+// mutant and measures how far apart they are: the worst error/bound of
+// correct code, the smallest error/bound that detected each mutant, and
+// their ratio (the separation).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/equivalence.h"
+#include "properties/property_runner.h"
+
+namespace gradeq {
+
+struct SelfTestOptions {
+  std::uint64_t seed = 1;
+  int cases = 100;             // per property and mutant (a run stops at the first failure)
+  long campaign_cases = 0;     // 0: no campaign
+  long campaign_mutant_cases = 2000;  // cases each mutant sees in the campaign
+  int threads = 2;
+  ErrorModel model;
+};
+
+struct KillCell {
+  std::string mutant, property;
+  bool caught = false;
+  PropertyRun run;  // counterexample, message, reproduce string
+  long counterexample_samples = 0, counterexample_parameters = 0;
+};
+
+struct MutantSummary {
+  std::string id, bug, source;
+  std::vector<std::string> caught_by;
+};
+
+// Where the low-precision-buffer mutant (B16) starts to be caught, by the
+// number of micro-batches, for a float32 buffer declared over a compute dtype.
+struct ThresholdPoint {
+  long micro_batches = 0;
+  bool caught = false;
+  double ratio = 0.0;  // largest error/bound of the accumulation verdict
+};
+struct B16Threshold {
+  DType compute = DType::f32;
+  std::vector<ThresholdPoint> points;
+  long first_caught = -1;  // smallest N from which every larger N is caught; -1: never
+};
+
+struct CampaignMutant {
+  std::string id;
+  long cases = 0, detected = 0;
+  double smallest_detecting_ratio = HUGE_VAL;
+  std::string smallest_case;
+  double separation = 0.0;  // smallest_detecting_ratio / worst correct ratio
+};
+
+struct Campaign {
+  long cases = 0, false_alarms = 0, discarded = 0;
+  double worst_ratio = 0.0;
+  std::string worst_case, worst_property;
+  std::vector<std::string> false_alarm_cases;
+  std::vector<double> bin_edges;  // histogram of error/bound of correct code
+  std::vector<long> histogram;    // counts in [edge_i, edge_i+1)
+  std::vector<CampaignMutant> mutants;
+  double seconds = 0.0;
+};
+
+struct SelfTestReport {
+  std::string backend;
+  std::uint64_t seed = 0;
+  int cases = 0;
+  std::vector<PropertyRun> correct;  // every backend-exercising property on correct code
+  std::vector<KillCell> cells;
+  std::vector<MutantSummary> mutants;
+  std::vector<B16Threshold> b16;
+  std::optional<Campaign> campaign;
+  double seconds = 0.0;
+
+  std::vector<std::string> survivors() const;
+  bool passed() const;  // correct code passes, no mutant survives, no false alarm
+};
+
+using ProgressSink = std::function<void(const std::string&)>;
+
+SelfTestReport run_selftest(const SelfTestOptions& options, Backend& backend, const ProgressSink& progress = {});
+
+}  // namespace gradeq

@@ -1,0 +1,173 @@
+// selftest_report.cpp — the self-test as JSON and Markdown: the kill
+// matrix with shrunk counterexamples, B16's threshold, the campaign.
+#include <cmath>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "reports/report.h"
+
+namespace gradeq {
+namespace {
+
+nlohmann::json finite_or_string(double v) {
+  if (std::isfinite(v)) return v;
+  return v > 0 ? "inf" : "nan";
+}
+
+std::string ratio_text(double v) { return std::isfinite(v) ? fmt::format("{:.3g}", v) : "∞ (non-finite or bitwise)"; }
+
+}  // namespace
+
+nlohmann::json selftest_json(const SelfTestReport& r) {
+  nlohmann::json correct = nlohmann::json::array();
+  for (const PropertyRun& p : r.correct)
+    correct.push_back({{"property", p.name}, {"passed", p.passed}, {"cases", p.cases},
+                       {"worst_ratio", finite_or_string(p.worst_ratio)}, {"message", p.message}});
+  nlohmann::json cells = nlohmann::json::array();
+  for (const KillCell& c : r.cells)
+    cells.push_back({{"mutant", c.mutant},
+                     {"property", c.property},
+                     {"caught", c.caught},
+                     {"cases_before_failure", c.run.cases},
+                     {"counterexample", c.run.counterexample},
+                     {"counterexample_samples", c.counterexample_samples},
+                     {"counterexample_parameters", c.counterexample_parameters},
+                     {"message", c.run.message},
+                     {"reproduce", c.run.reproduce}});
+  nlohmann::json mutants = nlohmann::json::array();
+  for (const MutantSummary& m : r.mutants)
+    mutants.push_back({{"id", m.id}, {"bug", m.bug}, {"source", m.source}, {"caught_by", m.caught_by}});
+  nlohmann::json b16 = nlohmann::json::array();
+  for (const B16Threshold& t : r.b16) {
+    nlohmann::json points = nlohmann::json::array();
+    for (const ThresholdPoint& p : t.points)
+      points.push_back({{"micro_batches", p.micro_batches}, {"caught", p.caught}, {"ratio", finite_or_string(p.ratio)}});
+    b16.push_back({{"compute", std::string(dtype_name(t.compute))}, {"first_caught", t.first_caught}, {"points", points}});
+  }
+  nlohmann::json out = {{"backend", r.backend},       {"seed", r.seed},       {"cases", r.cases},
+                        {"passed", r.passed()},       {"survivors", r.survivors()},
+                        {"correct", correct},         {"kill_matrix", cells}, {"mutants", mutants},
+                        {"b16_threshold", b16},       {"seconds", r.seconds}};
+  if (r.campaign) {
+    const Campaign& c = *r.campaign;
+    nlohmann::json cm = nlohmann::json::array();
+    for (const CampaignMutant& m : c.mutants)
+      cm.push_back({{"id", m.id},
+                    {"cases", m.cases},
+                    {"detected", m.detected},
+                    {"smallest_detecting_ratio", finite_or_string(m.smallest_detecting_ratio)},
+                    {"smallest_case", m.smallest_case},
+                    {"separation", finite_or_string(m.separation)}});
+    nlohmann::json edges = nlohmann::json::array();
+    for (double e : c.bin_edges) edges.push_back(finite_or_string(e));
+    out["campaign"] = {{"cases", c.cases},
+                       {"false_alarms", c.false_alarms},
+                       {"false_alarm_cases", c.false_alarm_cases},
+                       {"discarded", c.discarded},
+                       {"worst_ratio", c.worst_ratio},
+                       {"worst_case", c.worst_case},
+                       {"worst_property", c.worst_property},
+                       {"histogram_edges", edges},
+                       {"histogram", c.histogram},
+                       {"mutants", cm},
+                       {"seconds", c.seconds}};
+  }
+  return out;
+}
+
+std::string selftest_markdown(const SelfTestReport& r) {
+  std::ostringstream md;
+  md << "# gradeq self-test\n\n";
+  md << "**" << (r.passed() ? "PASS" : "FAIL") << "** — backend `" << r.backend << "`, seed " << r.seed << ", up to "
+     << r.cases << " cases per property and mutant, " << fmt::format("{:.1f}", r.seconds) << " s. Every property "
+     << "that runs the backend is run against correct code (it must pass) and against one mutant per catalogued "
+        "bug (shared/BUGS.md; kernels/mutants): each mutant must be caught by at least one property, with a "
+        "shrunk counterexample.\n\n";
+  const std::vector<std::string> survivors = r.survivors();
+  if (!survivors.empty()) {
+    md << "**Surviving mutants:**";
+    for (const std::string& s : survivors) md << " " << s;
+    md << "\n\n";
+  }
+  md << "## Correct code\n\n| property | cases | worst error/bound | result |\n|---|---|---|---|\n";
+  for (const PropertyRun& p : r.correct)
+    md << "| " << p.name << " | " << p.cases << " | " << fmt::format("{:.3g}", p.worst_ratio) << " | "
+       << (p.passed ? "pass" : "**FAIL** " + p.message) << " |\n";
+  md << "\n## Kill matrix\n\nA cell shows ✗ where the property caught the mutant (its shrunk counterexample below), "
+        "· where it did not (that property does not exercise the bug).\n\n| mutant | bug |";
+  std::vector<std::string> properties;
+  for (const PropertyRun& p : r.correct) properties.push_back(p.name);
+  for (const std::string& p : properties) md << " " << p << " |";
+  md << "\n|---|---|";
+  for (std::size_t i = 0; i < properties.size(); ++i) md << "---|";
+  md << "\n";
+  for (const MutantSummary& m : r.mutants) {
+    md << "| " << m.id << " | " << m.bug << " |";
+    for (const std::string& p : properties) {
+      bool caught = false;
+      for (const KillCell& c : r.cells)
+        if (c.mutant == m.id && c.property == p) caught = c.caught;
+      md << (caught ? " ✗ |" : " · |");
+    }
+    md << "\n";
+  }
+  md << "\n## Counterexamples\n\nFor each mutant, the smallest shrunk counterexample among the properties that caught "
+        "it (size: samples in the split, parameters in the model).\n\n";
+  for (const MutantSummary& m : r.mutants) {
+    const KillCell* best = nullptr;
+    for (const KillCell& c : r.cells)
+      if (c.mutant == m.id && c.caught &&
+          (!best || c.counterexample_samples * c.counterexample_parameters <
+                        best->counterexample_samples * best->counterexample_parameters))
+        best = &c;
+    md << "- **" << m.id << "** (" << m.source << "): ";
+    if (!best) {
+      md << "**not caught**\n";
+      continue;
+    }
+    md << "caught by " << m.caught_by.size() << " propert" << (m.caught_by.size() == 1 ? "y" : "ies") << "; by "
+       << best->property << " after " << best->run.cases << " passing case(s), shrunk to " << best->counterexample_samples
+       << " samples, " << best->counterexample_parameters << " parameters: `" << best->run.counterexample << "` — "
+       << best->run.message << "\n";
+  }
+  md << "\n## B16: from which N a bfloat16 buffer behind a float32 declaration is caught\n\n";
+  for (const B16Threshold& t : r.b16) {
+    md << "- compute " << dtype_name(t.compute) << ": ";
+    if (t.first_caught < 0) {
+      md << "not caught up to N = " << t.points.back().micro_batches;
+    } else {
+      md << "caught from N = " << t.first_caught;
+    }
+    md << " (error/bound by N:";
+    for (const ThresholdPoint& p : t.points) md << " " << p.micro_batches << "→" << fmt::format("{:.2g}", p.ratio);
+    md << ")\n";
+  }
+  if (r.campaign) {
+    const Campaign& c = *r.campaign;
+    md << "\n## Calibration campaign\n\n";
+    md << c.cases << " random cases on correct code (round-robin over the properties above), " << c.discarded
+       << " discarded as vacuous or ill-conditioned, **" << c.false_alarms << " false alarms**; worst error/bound "
+       << fmt::format("{:.3g}", c.worst_ratio) << " (" << c.worst_property << ": `" << c.worst_case << "`); "
+       << fmt::format("{:.0f}", c.seconds) << " s.\n\n";
+    md << "Histogram of error/bound for correct code:\n\n| error/bound | cases |\n|---|---|\n";
+    for (std::size_t b = 0; b < c.histogram.size(); ++b)
+      md << "| [" << fmt::format("{:g}", c.bin_edges[b]) << ", "
+         << (std::isfinite(c.bin_edges[b + 1]) ? fmt::format("{:g}", c.bin_edges[b + 1]) : "∞") << ") | "
+         << c.histogram[b] << " |\n";
+    md << "\nMutants on the first cases of the same stream: the smallest error/bound among the cases that detected "
+          "each, and the separation = that ÷ the worst error/bound of correct code.\n\n";
+    md << "| mutant | cases | detected | smallest detecting error/bound | separation |\n|---|---|---|---|---|\n";
+    for (const CampaignMutant& m : c.mutants)
+      md << "| " << m.id << " | " << m.cases << " | " << m.detected << " | "
+         << (m.detected ? ratio_text(m.smallest_detecting_ratio) : "—") << " | "
+         << (m.detected ? ratio_text(m.separation) : "—") << " |\n";
+    if (!c.false_alarm_cases.empty()) {
+      md << "\nFalse alarms:\n\n";
+      for (const std::string& f : c.false_alarm_cases) md << "- " << f << "\n";
+    }
+  }
+  return md.str();
+}
+
+}  // namespace gradeq
