@@ -109,7 +109,7 @@ std::vector<ScenarioSpec> default_scenarios() {
     s.procedure.optimizer.kind = ref::OptimizerKind::adamw;
     s.procedure.optimizer.lr = 1e-3;
     s.procedure.optimizer.beta2 = 0.95;
-    s.procedure.optimizer.weight_decay = 0.01;
+    s.procedure.optimizer.weight_decay = 0.1;
     s.procedure.clip = {true, 0.25};  // binds: the gradient norm here is 0.36 to 0.46
     s.procedure.schedule = {true, 1, 10};
     s.precision.compute = DType::bf16;

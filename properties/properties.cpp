@@ -65,6 +65,7 @@ Evidence exactness(const ScenarioSpec& s, PropertyContext& ctx) {
     os << what << " differ at " << name << "[" << i << "]: " << a << " vs " << b;
     e.holds = false;
     e.message = os.str();
+    e.worst_ratio = HUGE_VAL;  // any difference exceeds a bound of 0
   };
   for (std::size_t w = 0; w < runs.r_full.windows.size(); ++w)
   for (const ReferenceTensor& rf : runs.r_full.windows[w].tensors) {

@@ -173,6 +173,9 @@ inline KernelError with_rounding(KernelError e, double rho) {
 
 // The bound the active form gives for an error.
 double combined_bound(const KernelError& e);
+// The deterministic (hard) bound of the same error, for claims that must
+// hold without exception: whether a store may or must overflow.
+inline double hard_bound(const KernelError& e) { return e.systematic + e.random; }
 
 inline Bounded Bounded::with_error(double v, const KernelError& e, double r) {
   Bounded b;
@@ -451,9 +454,14 @@ inline Bounded store(const Bounded& x, Storage where) {
   // A store that may overflow may hold Inf: counted (the loss scaler's
   // business) and unbounded, unless the kernel is known to have stored
   // finite values only.
-  if (!(std::abs(x.value) + x.kernel < f.overflow_threshold)) {
-    count_overflow(true, std::abs(x.value) - x.kernel >= f.overflow_threshold);
-    if (!stores_known_finite() || std::isnan(x.kernel)) {
+  // The loss scaler's decisions need rigor: whether overflow may or must
+  // happen is judged with the hard bound. The value is unbounded only where
+  // the active bound reaches the threshold.
+  if (std::isfinite(f.overflow_threshold)) {
+    const double hard = hard_bound(x.error);
+    if (!(std::abs(x.value) + hard < f.overflow_threshold))
+      count_overflow(true, std::abs(x.value) - hard >= f.overflow_threshold);
+    if (!(std::abs(x.value) + x.kernel < f.overflow_threshold) && !stores_known_finite()) {
       KernelError e = x.error;
       e.systematic = kInf;
       return Bounded::with_error(x.value, e, x.reference);
@@ -582,9 +590,10 @@ Bounded compensated_sum(long n, F&& term, Storage where, const Bounded& /*tag*/)
   r += reference_gamma(n) * magnitude;
   // Every partial sum is at most sum |t_i| (+ errors): the buffer may
   // overflow when that reaches the threshold, and must when the total does.
-  if (!(kernel_magnitude + combined_bound(e) < f.overflow_threshold)) {
-    count_overflow(true, std::abs(v) - combined_bound(e) >= f.overflow_threshold);
-    if (!stores_known_finite()) e.systematic = kInf;
+  if (std::isfinite(f.overflow_threshold)) {
+    if (!(kernel_magnitude + hard_bound(e) < f.overflow_threshold))
+      count_overflow(true, std::abs(v) - hard_bound(e) >= f.overflow_threshold);
+    if (!(kernel_magnitude + combined_bound(e) < f.overflow_threshold) && !stores_known_finite()) e.systematic = kInf;
   }
   return Bounded::with_error(v, detail::unless_overflow(v, e), r);
 }
@@ -634,9 +643,10 @@ Bounded accumulated_sum(long n, F&& term, Storage where, const Bounded& /*tag*/)
       e.random += rho;
       scale_squares += rho * rho;
     }
-    if (!(std::abs(v) + k + rho < f.overflow_threshold)) {
-      count_overflow(true, std::abs(v) - k >= f.overflow_threshold);
-      if (!stores_known_finite()) e.systematic = kInf;
+    if (std::isfinite(f.overflow_threshold)) {
+      if (!(std::abs(v) + hard_bound(e) < f.overflow_threshold))
+        count_overflow(true, std::abs(v) - hard_bound(e) >= f.overflow_threshold);
+      if (!(std::abs(v) + combined_bound(e) < f.overflow_threshold) && !stores_known_finite()) e.systematic = kInf;
     }
   }
   e.scale = std::sqrt(scale_squares);

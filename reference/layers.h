@@ -208,6 +208,17 @@ NormStatistics<T> norm_statistics(const NormShape& s, const Matrix<T>& x) {
   return statistics_from(s, norm_moments(s, x));
 }
 
+// x_hat of one element of a statistics group of n elements. A mean-centred
+// group of one element is degenerate: its mean is the element itself
+// (x / 1, exact), so x - mean is exactly 0 in every implementation, and so
+// is every x_hat and every dx of that group. Written out, so that the
+// error bounds do not treat x and its own mean as independent.
+template <class T>
+T normalized(const NormShape& s, long n, const T& x, const NormStatistics<T>& st, long g) {
+  if (n == 1 && s.kind != NormKind::rms) return T(0.0);
+  return (x - st.mean[g]) * st.rstd[g];
+}
+
 template <class T>
 Matrix<T> norm_forward(const NormShape& s, const Matrix<T>& x, const Matrix<T>& gamma, const Matrix<T>& beta,
                        const NormStatistics<T>& st) {
@@ -216,7 +227,7 @@ Matrix<T> norm_forward(const NormShape& s, const Matrix<T>& x, const Matrix<T>& 
   for_each_norm_group(s, x.rows(), x.cols(), [&](long n, auto element) {
     for (long i = 0; i < n; ++i) {
       auto [r, c] = element(i);
-      const T x_hat = (x(r, c) - st.mean[g]) * st.rstd[g];
+      const T x_hat = normalized(s, n, x(r, c), st, g);
       y(r, c) = s.kind == NormKind::rms ? gamma(0, c) * x_hat : gamma(0, c) * x_hat + beta(0, c);
     }
     ++g;
@@ -245,7 +256,7 @@ NormCoupling<T> norm_coupling(const NormShape& s, const Matrix<T>& x, const Matr
                           : reduce<T>(n, [&](long i) { auto [r, ch] = element(i); return gamma(0, ch) * dy(r, ch); }));
     c.sum_gx.push_back(reduce<T>(n, [&](long i) {
       auto [r, ch] = element(i);
-      return gamma(0, ch) * dy(r, ch) * ((x(r, ch) - st.mean[g]) * st.rstd[g]);
+      return gamma(0, ch) * dy(r, ch) * normalized(s, n, x(r, ch), st, g);
     }));
     ++g;
   });
@@ -289,8 +300,10 @@ NormGrads<T> norm_backward(const NormShape& s, const Matrix<T>& x, const Matrix<
     const T mean_g = coupling.sum_g[g] / count, mean_gx = coupling.sum_gx[g] / count;
     for (long i = 0; i < n; ++i) {
       auto [r, c] = element(i);
-      x_hat(r, c) = (x(r, c) - st.mean[g]) * st.rstd[g];
-      out.dx(r, c) = st.rstd[g] * (gamma(0, c) * dy(r, c) - mean_g - x_hat(r, c) * mean_gx);
+      x_hat(r, c) = normalized(s, n, x(r, c), st, g);
+      out.dx(r, c) = n == 1 && s.kind != NormKind::rms
+                         ? T(0.0)
+                         : st.rstd[g] * (gamma(0, c) * dy(r, c) - mean_g - x_hat(r, c) * mean_gx);
     }
     ++g;
   });

@@ -207,8 +207,10 @@ int run_selftest_command(const SelfTestArgs& a) {
     const Campaign& c = *report.campaign;
     std::cout << fmt::format("  campaign: {} cases, {} false alarms, {} discarded, worst err/bound {:.3f}\n", c.cases,
                              c.false_alarms, c.discarded, c.worst_ratio);
+    std::cout << "    mutant  float32: detected  smallest err/bound  separation | all: detected  smallest  separation\n";
     for (const CampaignMutant& m : c.mutants)
-      std::cout << fmt::format("    {:4} detected {:5}/{:<5} smallest err/bound {:10.3g} separation {:.3g}\n", m.id,
+      std::cout << fmt::format("    {:4}    {:7}/{:<7} {:14.3g} {:11.3g} | {:7}/{:<7} {:9.3g} {:9.3g}\n", m.id,
+                               m.float32_detected, m.float32_cases, m.float32_smallest_ratio, m.float32_separation,
                                m.detected, m.cases, m.smallest_detecting_ratio, m.separation);
   }
   std::cout << fmt::format("selftest: {} ({} mutants, {} survived) in {:.1f} s\n", report.passed() ? "PASS" : "FAIL",

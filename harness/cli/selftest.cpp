@@ -142,16 +142,27 @@ Campaign run_campaign(const SelfTestOptions& o, Backend& base, const ProgressSin
     parallel_for(per_mutant, threads, [&](long i, int t) {
       PropertyContext ctx{rigs[static_cast<std::size_t>(t)]->backend, rigs[static_cast<std::size_t>(t)]->loop, o.model};
       const Evidence e = cases[i].property->check(cases[i].spec, ctx);
+      const PrecisionSpec& precision = cases[i].spec.precision;
+      const bool float32 = precision.compute == DType::f32 && precision.accumulate == DType::f32;
       std::lock_guard<std::mutex> guard(lock);
       ++cm.cases;
+      cm.float32_cases += float32;
       if (e.holds) return;
       ++cm.detected;
+      const std::string description = cases[i].property->name + ": " + describe_scenario(cases[i].spec);
       if (e.worst_ratio < cm.smallest_detecting_ratio) {
         cm.smallest_detecting_ratio = e.worst_ratio;
-        cm.smallest_case = cases[i].property->name + ": " + describe_scenario(cases[i].spec);
+        cm.smallest_case = description;
+      }
+      if (!float32) return;
+      ++cm.float32_detected;
+      if (e.worst_ratio < cm.float32_smallest_ratio) {
+        cm.float32_smallest_ratio = e.worst_ratio;
+        cm.float32_smallest_case = description;
       }
     });
     cm.separation = c.worst_ratio > 0.0 ? cm.smallest_detecting_ratio / c.worst_ratio : HUGE_VAL;
+    cm.float32_separation = c.worst_ratio > 0.0 ? cm.float32_smallest_ratio / c.worst_ratio : HUGE_VAL;
     c.mutants.push_back(cm);
   }
   c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

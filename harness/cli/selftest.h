@@ -53,12 +53,20 @@ struct B16Threshold {
   long first_caught = -1;  // smallest N from which every larger N is caught; -1: never
 };
 
+// A mutant's detections in the campaign, over all cases and over the cases
+// computing and accumulating in float32 (where correct code's error is
+// float32 rounding; with bfloat16 / float16 it legitimately reaches the
+// size of small bugs, and detections there can be arbitrarily close to 1).
 struct CampaignMutant {
   std::string id;
   long cases = 0, detected = 0;
   double smallest_detecting_ratio = HUGE_VAL;
   std::string smallest_case;
   double separation = 0.0;  // smallest_detecting_ratio / worst correct ratio
+  long float32_cases = 0, float32_detected = 0;
+  double float32_smallest_ratio = HUGE_VAL;
+  std::string float32_smallest_case;
+  double float32_separation = 0.0;
 };
 
 struct Campaign {

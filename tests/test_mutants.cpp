@@ -1,0 +1,52 @@
+// The mutant catalogue covers every single-process bug of shared/BUGS.md,
+// and each mutant really changes the result of a scenario that exercises
+// its bug (a mutant identical to correct code would prove nothing).
+#include <map>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "harness/suite.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/mutants/mutants.h"
+
+namespace gradeq {
+namespace {
+
+TEST(Mutants, OnePerSingleProcessBug) {
+  std::set<std::string> ids;
+  for (const Mutant& m : mutants()) {
+    EXPECT_TRUE(ids.insert(m.id).second) << "duplicate " << m.id;
+    EXPECT_FALSE(m.bug.empty());
+    EXPECT_FALSE(m.source.empty());
+    EXPECT_TRUE(m.wrap_backend || m.loop) << m.id << " changes nothing";
+  }
+  // B2 and B12 need data-parallel ranks, B19 a GPU: not single-process host bugs.
+  const std::set<std::string> expected = {"B1", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B11", "B13",
+                                          "B14", "B15", "B16", "B17", "B18"};
+  EXPECT_EQ(ids, expected);
+}
+
+// Each mutant against the default scenario that exposes it: the gate fails.
+TEST(Mutants, EachFailsTheScenarioThatExercisesIt) {
+  const std::map<std::string, std::string> scenario_for = {
+      {"B1", "token_ce_padded_uneven"},     {"B3", "mlp_mse_equal"},           {"B4", "mlp_mse_equal"},
+      {"B5", "partial_last_window"},        {"B6", "partial_last_window"},     {"B7", "mlp_mse_equal"},
+      {"B8", "mlp_mse_equal"},              {"B9", "partial_last_window"},     {"B10", "mlp_mse_equal"},
+      {"B11", "mlp_mse_equal"},             {"B13", "lm_finetune_adamw_bf16_n16"},
+      {"B14", "fp16_dynamic_loss_scale"},   {"B15", "lm_finetune_adamw_bf16_n16"},
+      {"B16", "mlp_mse_equal"},             {"B17", "mlp_mse_equal"},          {"B18", "lm_finetune_adamw_bf16_n16"}};
+  const std::vector<ScenarioSpec> suite = default_scenarios();
+  for (const Mutant& m : mutants()) {
+    ASSERT_TRUE(scenario_for.count(m.id)) << m.id;
+    const ScenarioSpec& s = *find_scenario(suite, scenario_for.at(m.id));
+    CpuBackend cpu;
+    std::unique_ptr<Backend> wrapped = m.wrap_backend ? m.wrap_backend(cpu) : nullptr;
+    Backend& backend = wrapped ? *wrapped : cpu;
+    const ScenarioResult r = check_scenario(s, backend, m.loop ? m.loop : correct_loop(), ErrorModel{});
+    EXPECT_FALSE(r.passed()) << m.id << " on " << s.name;
+  }
+}
+
+}  // namespace
+}  // namespace gradeq
