@@ -95,6 +95,23 @@ std::vector<ScenarioSpec> default_scenarios() {
     suite.push_back(s);
   }
   {
+    // The whole window in float32: AdamW with weight decay, clipping that
+    // binds, warmup then cosine, uneven and partial windows.
+    ScenarioSpec s;
+    s.name = "mlp_adamw_clip_warmup";
+    s.model.input_features = 12;
+    s.model.layers = {{LayerKind::linear, 24}, {LayerKind::gelu, 0}, {LayerKind::layer_norm, 0}, {LayerKind::linear, 6}};
+    s.model.loss = LossKind::mse;
+    s.split = {{3, 5, 2, 6}, {4, 4, 4, 4}, {7, 1}};
+    s.procedure.optimizer.kind = ref::OptimizerKind::adamw;
+    s.procedure.optimizer.lr = 1e-2;
+    s.procedure.optimizer.weight_decay = 0.1;
+    s.procedure.clip = {true, 0.05};  // the gradient norm here is about 0.5: it binds
+    s.procedure.schedule = {true, 1, 6};
+    s.seed = 21;
+    suite.push_back(s);
+  }
+  {
     // The most common real use: fine-tuning a language model on one GPU.
     // Token cross-entropy over padded sequences of varying length, AdamW with
     // clipping and warmup, bfloat16 compute, float32 accumulation, N = 16.

@@ -98,24 +98,32 @@ Evidence trajectory_equivalence(const ScenarioSpec& s, PropertyContext& ctx) {
   return from_verdicts(r, {&r.kernel, &r.accumulation});
 }
 
-// Whether R_acc departs from R_full beyond the float64 bound, whole
-// trajectories; `e` collects the worst ratio and ill-conditioned discards.
-bool reference_diverges(const ScenarioSpec& s, PropertyContext& ctx, Evidence& e) {
+// R_acc against R_full, whole trajectories, with the float64 bound; the
+// worst ratio and ill-conditioned discards go into `e`.
+std::vector<TensorCheck> compare_reference_runs(const ScenarioSpec& s, PropertyContext& ctx, Evidence& e) {
   const Scenario scenario = materialize(s);
   const ReferenceRun r_full = run_reference(scenario, full_batch_split(s.split), ctx.model);
   const ReferenceRun r_acc = run_reference(scenario, s.split, ctx.model);
+  std::vector<TensorCheck> checks;
   for (std::size_t w = 0; w < r_full.windows.size(); ++w)
     for (const ReferenceTensor& f : r_full.windows[w].tensors) {
       const ReferenceTensor& a = find_tensor(r_acc.windows[w], f.name);
       std::vector<double> bound(f.value.size());
       for (std::size_t i = 0; i < bound.size(); ++i) bound[i] = math_bound(a.reference_bound[i], f.reference_bound[i]);
-      const TensorCheck c = compare_tensor(f.name, f.rows, f.cols, DType::f32, f.value, a.value, bound);
-      e.worst_ratio = std::max(e.worst_ratio, c.worst_ratio);
-      if (c.unbounded > 0) {
+      checks.push_back(compare_tensor(f.name, f.rows, f.cols, DType::f32, f.value, a.value, bound));
+      checks.back().window = static_cast<long>(w);
+      e.worst_ratio = std::max(e.worst_ratio, checks.back().worst_ratio);
+      if (checks.back().unbounded > 0) {
         e.discard = true;
         e.discard_reason = "ill-conditioned";
       }
     }
+  return checks;
+}
+
+// Whether R_acc departs from R_full beyond the float64 bound.
+bool reference_diverges(const ScenarioSpec& s, PropertyContext& ctx, Evidence& e) {
+  compare_reference_runs(s, ctx, e);
   return e.worst_ratio > 1.0;
 }
 
@@ -169,25 +177,12 @@ Evidence batchnorm_divergence(const ScenarioSpec& s, PropertyContext& ctx) {
 Evidence exact_batchnorm_equivalence(const ScenarioSpec& s, PropertyContext& ctx) {
   ScenarioSpec exact = s;
   exact.procedure.batch_norm = ref::BatchNormMode::exact_window;
-  const Scenario scenario = materialize(exact);
-  const ReferenceRun r_full = run_reference(scenario, full_batch_split(s.split), ctx.model);
-  const ReferenceRun r_acc = run_reference(scenario, s.split, ctx.model);
   Evidence e;
-  for (std::size_t w = 0; w < r_full.windows.size(); ++w)
-  for (const ReferenceTensor& f : r_full.windows[w].tensors) {
-    const ReferenceTensor& a = find_tensor(r_acc.windows[w], f.name);
-    std::vector<double> bound(f.value.size());
-    for (std::size_t i = 0; i < bound.size(); ++i) bound[i] = math_bound(a.reference_bound[i], f.reference_bound[i]);
-    const TensorCheck c = compare_tensor(f.name, f.rows, f.cols, DType::f32, f.value, a.value, bound);
-    e.worst_ratio = std::max(e.worst_ratio, c.worst_ratio);
-    if (c.unbounded > 0) {
-      e.discard = true;
-      e.discard_reason = "ill-conditioned";
-    } else if (!c.passed() && e.holds) {
+  for (const TensorCheck& c : compare_reference_runs(exact, ctx, e))
+    if (c.unbounded == 0 && !c.passed() && e.holds) {
       e.holds = false;
       e.message = "exact batchnorm: " + c.name + ": " + c.failure_reason();
     }
-  }
   return e;
 }
 

@@ -15,6 +15,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include <Eigen/Core>
 
@@ -335,6 +337,13 @@ inline Bounded divide_by_positive(const Bounded& a, const Bounded& d, double flo
                          std::isnan(r) ? 0.0 : r, detail::quotient_exact(a.value, d.value, v));
 }
 
+// A value that enters many results (a normalizer's mean and 1/sigma, a
+// softmax denominator, a clip coefficient): its error is the same in all of
+// them, so in their sums it does not average out. Its whole bound becomes
+// systematic.
+inline double shared(double x) { return x; }
+inline Bounded shared(const Bounded& x) { return Bounded::with_error(x.value, {x.kernel, 0.0, 0.0}, x.reference); }
+
 // A quantity known to lie within [-radius, radius] in exact arithmetic and
 // in the kernel (an invariant of the algorithm, e.g. Adam's |m| / sqrt(v)):
 // its error is at most 2 radius, whatever the propagation rules said.
@@ -523,6 +532,23 @@ struct SumOfErrors {
     random += e.random;
     scale_squares += e.scale * e.scale;
   }
+  // Terms of equal value come from the same computation on the same
+  // numbers (a constant row, a repeated sample): the kernel rounds them
+  // alike, so their scales add linearly before the quadrature.
+  void add_grouped(std::vector<std::pair<double, KernelError>>& terms) {
+    std::sort(terms.begin(), terms.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (std::size_t i = 0; i < terms.size();) {
+      double scale = 0.0;
+      std::size_t j = i;
+      for (; j < terms.size() && terms[j].first == terms[i].first; ++j) {
+        systematic += terms[j].second.systematic;
+        random += terms[j].second.random;
+        scale += terms[j].second.scale;
+      }
+      scale_squares += scale * scale;
+      i = j;
+    }
+  }
   KernelError with_rounding(long n, double u, double magnitude, double rounding_hard) const {
     return {systematic, random + rounding_hard,
             std::sqrt(scale_squares) + std::sqrt(static_cast<double>(n)) * u * magnitude};
@@ -534,12 +560,14 @@ template <class F>
 Bounded reduce_sum(long n, F&& term, const Bounded& /*tag*/) {
   double v = 0.0, r = 0.0, magnitude = 0.0, kernel_magnitude = 0.0;
   detail::SumOfErrors errors;
+  std::vector<std::pair<double, KernelError>> term_errors;
+  term_errors.reserve(static_cast<std::size_t>(n));
   bool exact_terms = true;
   int granularity = 1 << 20;
   for (long i = 0; i < n; ++i) {
     const Bounded t = term(i);
     v += t.value;
-    errors.add(t.error);
+    term_errors.emplace_back(t.value, t.error);
     exact_terms = exact_terms && t.kernel == 0.0;
     r += t.reference;
     magnitude += std::abs(t.value);
@@ -549,6 +577,7 @@ Bounded reduce_sum(long n, F&& term, const Bounded& /*tag*/) {
   const auto exact_in = [&](int bits, bool exact) {
     return exact && (magnitude == 0.0 || magnitude < std::ldexp(1.0, bits + granularity));
   };
+  errors.add_grouped(term_errors);
   const RoundingModel& m = rounding_model();
   const bool exact = exact_in(24, exact_terms);
   const KernelError e = errors.with_rounding(n, exact ? 0.0 : m.reduction_u, kernel_magnitude,
@@ -621,7 +650,7 @@ Bounded accumulated_sum(long n, F&& term, Storage where, const Bounded& /*tag*/)
   const double u = std::max(f.unit_roundoff, m.arithmetic_u);
   double v = 0.0, r = 0.0, magnitude = 0.0;
   KernelError e;
-  double scale_squares = 0.0;
+  double scale_squares = 0.0, term_scales = 0.0;
   bool exact = true;
   for (long b = 0; b < n; ++b) {
     const Bounded t = term(b);
@@ -629,9 +658,12 @@ Bounded accumulated_sum(long n, F&& term, Storage where, const Bounded& /*tag*/)
     v += t.value;
     r += t.reference;
     magnitude += std::abs(t.value);
+    // Micro-batches may share error sources (the same rows computed alike):
+    // their own errors add linearly; only the buffer's roundings below are
+    // independent of each other.
     e.systematic += t.error.systematic;
     e.random += t.error.random;
-    scale_squares += t.error.scale * t.error.scale;
+    term_scales += t.error.scale;
     exact = exact && t.kernel == 0.0 && representable(v, p, e_min) && representable(v, 24, -126);
     if (exact) continue;
     const double k = combined_bound(e);
@@ -649,7 +681,7 @@ Bounded accumulated_sum(long n, F&& term, Storage where, const Bounded& /*tag*/)
       if (!(std::abs(v) + combined_bound(e) < f.overflow_threshold) && !stores_known_finite()) e.systematic = kInf;
     }
   }
-  e.scale = std::sqrt(scale_squares);
+  e.scale = term_scales + std::sqrt(scale_squares);
   if (!exact && n > 1) r += reference_gamma(n) * magnitude;
   return Bounded::with_error(v, detail::unless_overflow(v, e), r);
 }

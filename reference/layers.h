@@ -216,7 +216,7 @@ NormStatistics<T> norm_statistics(const NormShape& s, const Matrix<T>& x) {
 template <class T>
 T normalized(const NormShape& s, long n, const T& x, const NormStatistics<T>& st, long g) {
   if (n == 1 && s.kind != NormKind::rms) return T(0.0);
-  return (x - st.mean[g]) * st.rstd[g];
+  return (x - shared(st.mean[g])) * shared(st.rstd[g]);
 }
 
 template <class T>
@@ -297,13 +297,13 @@ NormGrads<T> norm_backward(const NormShape& s, const Matrix<T>& x, const Matrix<
   long g = 0;
   for_each_norm_group(s, x.rows(), features, [&](long n, auto element) {
     const T count(static_cast<double>(coupling.count[g]));
-    const T mean_g = coupling.sum_g[g] / count, mean_gx = coupling.sum_gx[g] / count;
+    const T mean_g = shared(coupling.sum_g[g] / count), mean_gx = shared(coupling.sum_gx[g] / count);
     for (long i = 0; i < n; ++i) {
       auto [r, c] = element(i);
       x_hat(r, c) = normalized(s, n, x(r, c), st, g);
       out.dx(r, c) = n == 1 && s.kind != NormKind::rms
                          ? T(0.0)
-                         : st.rstd[g] * (gamma(0, c) * dy(r, c) - mean_g - x_hat(r, c) * mean_gx);
+                         : shared(st.rstd[g]) * (gamma(0, c) * dy(r, c) - mean_g - x_hat(r, c) * mean_gx);
     }
     ++g;
   });

@@ -60,7 +60,7 @@ LossAndGrad<T> cross_entropy_loss(const Matrix<T>& logits, const std::vector<int
     const T row_max(max_value);
     std::vector<T> shifted_exp(static_cast<std::size_t>(d));
     for (long j = 0; j < d; ++j) shifted_exp[j] = exp(logits(i, j) - row_max);
-    const T denom = reduce<T>(d, [&](long j) { return shifted_exp[j]; });
+    const T denom = shared(reduce<T>(d, [&](long j) { return shifted_exp[j]; }));
     row_loss[i] = log(denom) - (logits(i, classes[i]) - row_max);
     for (long j = 0; j < d; ++j) {
       const T p = shifted_exp[j] / denom;

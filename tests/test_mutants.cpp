@@ -33,9 +33,9 @@ TEST(Mutants, EachFailsTheScenarioThatExercisesIt) {
       {"B1", "token_ce_padded_uneven"},     {"B3", "mlp_mse_equal"},           {"B4", "mlp_mse_equal"},
       {"B5", "partial_last_window"},        {"B6", "partial_last_window"},     {"B7", "mlp_mse_equal"},
       {"B8", "mlp_mse_equal"},              {"B9", "partial_last_window"},     {"B10", "mlp_mse_equal"},
-      {"B11", "mlp_mse_equal"},             {"B13", "lm_finetune_adamw_bf16_n16"},
-      {"B14", "fp16_dynamic_loss_scale"},   {"B15", "lm_finetune_adamw_bf16_n16"},
-      {"B16", "mlp_mse_equal"},             {"B17", "mlp_mse_equal"},          {"B18", "lm_finetune_adamw_bf16_n16"}};
+      {"B11", "mlp_mse_equal"},             {"B13", "mlp_adamw_clip_warmup"},
+      {"B14", "fp16_dynamic_loss_scale"},   {"B15", "mlp_adamw_clip_warmup"},
+      {"B16", "mlp_mse_equal"},             {"B17", "mlp_mse_equal"},          {"B18", "mlp_adamw_clip_warmup"}};
   const std::vector<ScenarioSpec> suite = default_scenarios();
   for (const Mutant& m : mutants()) {
     ASSERT_TRUE(scenario_for.count(m.id)) << m.id;

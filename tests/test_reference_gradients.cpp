@@ -21,6 +21,28 @@ T probe_sum(const Matrix<T>& y, const Matrix<double>& probe) {
 class ReferenceGradients : public ::testing::Test {
  protected:
   std::mt19937_64 rng{20261130};
+
+  // Every parameter of a whole stack: forward, the loss `loss(output)`
+  // (a generic lambda returning the summed loss), backward.
+  template <class Loss, class Dy>
+  void check_stack(const ref::ModelSpec& spec, const Matrix<double>& x, Loss&& loss, Dy&& loss_gradient) {
+    const auto layout = ref::parameter_layout(spec);
+    ref::Tensors<double> params;
+    for (const auto& p : layout) params.push_back(random_matrix(rng, p.rows, p.cols, 0.7));
+    const auto tape = ref::forward(spec, params, x);
+    const auto grads = ref::backward(spec, params, tape, loss_gradient(tape.output));
+    for (std::size_t p = 0; p < layout.size(); ++p) {
+      expect_gradient_matches(
+          [&](const auto& v) {
+            using T = typename std::decay_t<decltype(v)>::Scalar;
+            ref::Tensors<T> ps;
+            for (const auto& q : params) ps.push_back(lift<T>(q));
+            ps[p] = v;
+            return loss(ref::forward(spec, ps, lift<T>(x)).output);
+          },
+          params[p], grads[p], layout[p].name);
+    }
+  }
 };
 
 TEST_F(ReferenceGradients, Linear) {
@@ -113,24 +135,14 @@ TEST_F(ReferenceGradients, ModelStack) {
   spec.input_features = 4;
   spec.layers = {{ref::LayerKind::linear, 6}, {ref::LayerKind::gelu, 0}, {ref::LayerKind::layer_norm, 0}, {ref::LayerKind::linear, 3}};
   spec.loss = ref::LossKind::cross_entropy;
-  const auto layout = ref::parameter_layout(spec);
-  ref::Tensors<double> params;
-  for (const auto& p : layout) params.push_back(random_matrix(rng, p.rows, p.cols, 0.7));
-  const auto x = random_matrix(rng, 5, 4);
   const std::vector<int> classes = {0, 2, 1, ref::kIgnoreClass, 2};
-  const auto tape = ref::forward(spec, params, x);
-  const auto grads = ref::backward(spec, params, tape, ref::cross_entropy_loss(tape.output, classes, 1.0).dy);
-  for (std::size_t p = 0; p < layout.size(); ++p) {
-    expect_gradient_matches(
-        [&](const auto& v) {
-          using T = typename std::decay_t<decltype(v)>::Scalar;
-          ref::Tensors<T> ps;
-          for (const auto& q : params) ps.push_back(lift<T>(q));
-          ps[p] = v;
-          return ref::cross_entropy_loss(ref::forward(spec, ps, lift<T>(x)).output, classes, T(1.0)).loss_sum;
-        },
-        params[p], grads[p], layout[p].name);
-  }
+  check_stack(
+      spec, random_matrix(rng, 5, 4),
+      [&](const auto& out) {
+        using T = typename std::decay_t<decltype(out)>::Scalar;
+        return ref::cross_entropy_loss(out, classes, T(1.0)).loss_sum;
+      },
+      [&](const Matrix<double>& out) { return ref::cross_entropy_loss(out, classes, 1.0).dy; });
 }
 
 // A stack with every normalizer, over samples of 3 positions.
@@ -142,23 +154,14 @@ TEST_F(ReferenceGradients, ModelStackWithEveryNormalizer) {
                  {ref::LayerKind::group_norm, 0, 2}, {ref::LayerKind::linear, 6}, {ref::LayerKind::rms_norm, 0},
                  {ref::LayerKind::linear, 2}};
   spec.loss = ref::LossKind::mse;
-  const auto layout = ref::parameter_layout(spec);
-  ref::Tensors<double> params;
-  for (const auto& p : layout) params.push_back(random_matrix(rng, p.rows, p.cols, 0.7));
-  const auto x = random_matrix(rng, 9, 4), target = random_matrix(rng, 9, 2);
-  const auto tape = ref::forward(spec, params, x);
-  const auto grads = ref::backward(spec, params, tape, ref::mse_loss(tape.output, target, 1.0).dy);
-  for (std::size_t p = 0; p < layout.size(); ++p) {
-    expect_gradient_matches(
-        [&](const auto& v) {
-          using T = typename std::decay_t<decltype(v)>::Scalar;
-          ref::Tensors<T> ps;
-          for (const auto& q : params) ps.push_back(lift<T>(q));
-          ps[p] = v;
-          return ref::mse_loss(ref::forward(spec, ps, lift<T>(x)).output, lift<T>(target), T(1.0)).loss_sum;
-        },
-        params[p], grads[p], layout[p].name);
-  }
+  const auto target = random_matrix(rng, 9, 2);
+  check_stack(
+      spec, random_matrix(rng, 9, 4),
+      [&](const auto& out) {
+        using T = typename std::decay_t<decltype(out)>::Scalar;
+        return ref::mse_loss(out, lift<T>(target), T(1.0)).loss_sum;
+      },
+      [&](const Matrix<double>& out) { return ref::mse_loss(out, target, 1.0).dy; });
 }
 
 }  // namespace
