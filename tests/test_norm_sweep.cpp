@@ -24,8 +24,11 @@ TEST(NormSweep, BatchNormDivergenceShrinksAsTheMicroBatchGrows) {
   }
   EXPECT_EQ(bn.back()->micro_batches, 1);
   EXPECT_EQ(bn.back()->gradient.max, 0.0) << "one micro-batch is the full batch";
-  for (const NormSweepRow& r : sweep.rows)
-    if (r.norm == "batchnorm (exact window)" && r.micro_batches > 1) EXPECT_EQ(r.forward_passes, 3);
+  for (const NormSweepRow& r : sweep.rows) {
+    if (r.norm == "batchnorm (exact window)" && r.micro_batches > 1) {
+      EXPECT_EQ(r.forward_passes, 3);
+    }
+  }
 }
 
 // At the smallest micro-batch, the float64 difference of every

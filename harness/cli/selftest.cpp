@@ -133,7 +133,7 @@ Campaign run_campaign(const SelfTestOptions& o, Backend& base, const ProgressSin
       if (e.worst_ratio >= c.bin_edges[b] && e.worst_ratio < c.bin_edges[b + 1]) ++c.histogram[b];
   });
   const long per_mutant = std::min<long>(o.campaign_mutant_cases, static_cast<long>(cases.size()));
-  for (const Mutant& m : mutants()) {
+  for (const Mutant& m : mutants_for(base)) {
     if (progress) progress("campaign: mutant " + m.id);
     CampaignMutant cm;
     cm.id = m.id;
@@ -200,7 +200,7 @@ SelfTestReport run_selftest(const SelfTestOptions& o, Backend& backend, const Pr
     config.seed = name_seed(o.seed, p->name);
     report.correct.push_back(run_property(*p, ctx, config));
   }
-  for (const Mutant& m : mutants()) {
+  for (const Mutant& m : mutants_for(backend)) {
     MutantSummary summary{m.id, m.bug, m.source, {}};
     MutantRig rig(m, backend);
     for (const Property* p : properties) {

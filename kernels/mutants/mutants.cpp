@@ -7,6 +7,9 @@
 
 #include "harness/training_loop.h"
 #include "kernels/forwarding_backend.h"
+#if GRADEQ_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
 
 namespace gradeq {
 namespace {
@@ -298,6 +301,18 @@ const std::vector<Mutant>& mutants() {
        loop_of<WeightDecayPerMicroBatch>()},
   };
   return all;
+}
+
+std::vector<Mutant> mutants_for(const Backend& backend) {
+  std::vector<Mutant> out = mutants();
+#if GRADEQ_HAVE_CUDA
+  if (backend.name() == "cuda")
+    out.push_back({"B19", "unsynchronized concurrent accumulate: several blocks += into one bias gradient",
+                   "kernel-level race (shared/BUGS.md)", [](Backend&) { return make_racy_bias_backend(); }, nullptr});
+#else
+  (void)backend;
+#endif
+  return out;
 }
 
 const Mutant* find_mutant(const std::string& id) {

@@ -25,7 +25,11 @@ struct Mutant {
   LoopFactory loop;
 };
 
+// The single-process mutants (B1, B3-B11, B13-B18), for any backend.
 const std::vector<Mutant>& mutants();
+// Those, plus the ones only a given backend can have: B19 (a GPU race) for
+// the CUDA backend.
+std::vector<Mutant> mutants_for(const Backend& backend);
 const Mutant* find_mutant(const std::string& id);
 
 }  // namespace gradeq

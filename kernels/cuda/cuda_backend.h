@@ -1,0 +1,96 @@
+// cuda_backend.h — the CUDA backend: every op of the Backend interface on
+// one GPU, cuBLAS for the GEMMs (float32 compute, beta = 1 into the
+// gradient buffer for the weight gradient), hand-written kernels for the
+// rest. bfloat16 / float16 tensors are stored as __nv_bfloat16 / __half;
+// element math is shared with the host backend (kernels/element_math.h).
+// Every reduction has a fixed order, so results are bitwise identical run
+// to run (deterministic() is always true; the racy B19 mutant is not).
+// Built only when nvcc is found; must not be included by host-only code
+// except through harness/backends.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "kernels/backend.h"
+
+namespace gradeq {
+
+struct CudaDeviceStatus {
+  bool available = false;
+  std::string detail;  // the device's name and capability, or why there is none
+};
+
+// Asks the driver, without creating a context on failure paths.
+CudaDeviceStatus cuda_device_status();
+
+class CudaBackend : public Backend {
+ public:
+  CudaBackend();
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+
+  Tensor allocate(long rows, long cols, DType dtype) override;
+  void release(Tensor& t) override;
+  void upload(const Tensor& dst, std::span<const float> host) override;
+  void download(const Tensor& src, std::span<float> host) override;
+  void fill(const Tensor& t, float value) override;
+  void convert(const Tensor& src, const Tensor& dst) override;
+  std::size_t peak_bytes() const override { return peak_bytes_; }
+
+  void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) override;
+  void linear_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx) override;
+  void linear_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) override;
+
+  void activation_forward(Activation a, const Tensor& x, const Tensor& y) override;
+  void activation_backward(Activation a, const Tensor& x, const Tensor& dy, const Tensor& dx) override;
+
+  void norm_forward(const NormConfig& c, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
+                    const Tensor& saved_mean, const Tensor& saved_rstd, const Tensor& running_mean,
+                    const Tensor& running_var) override;
+  void norm_backward(const NormConfig& c, const Tensor& x, const Tensor& gamma, const Tensor& dy,
+                     const Tensor& saved_mean, const Tensor& saved_rstd, const Tensor& dx, const Tensor& dgamma,
+                     const Tensor& dbeta) override;
+
+  double loss_forward_backward(LossKind k, const Tensor& y, const Tensor& targets, float scale,
+                               const Tensor& dy) override;
+
+  void zero(std::span<const Tensor> ts) override;
+  void scale(std::span<const Tensor> ts, float s) override;
+  void accumulate(std::span<const Tensor> dst, std::span<const Tensor> src,
+                  std::span<const Tensor> compensation) override;
+  float global_norm(std::span<const Tensor> ts) override;
+  bool all_finite(std::span<const Tensor> ts) override;
+
+  void optimizer_step(const OptimizerStep& step, std::span<const Tensor> params, std::span<const Tensor> grads,
+                      std::span<const Tensor> state_a, std::span<const Tensor> state_b) override;
+
+  void set_deterministic(bool on) override { deterministic_ = on; }
+  bool deterministic() const override { return deterministic_; }
+
+ protected:
+  // The bias gradient db += column sums of dy, a fixed-order reduction.
+  // Virtual so that the race mutant (B19) can replace it.
+  virtual void bias_gradient(const Tensor& dy, const Tensor& db);
+  // A float32 scratch buffer of at least `count` elements (reused).
+  float* scratch(long count, int slot = 0);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::map<const void*, std::size_t> allocations_;
+  std::size_t live_bytes_ = 0, peak_bytes_ = 0;
+  bool deterministic_ = true;
+};
+
+// B19 — unsynchronized concurrent accumulate: the bias gradient is summed
+// by several blocks per column, each adding its partial sum into db with a
+// plain (non-atomic) read-modify-write; updates are lost at random (a
+// kernel-level race; shared/BUGS.md).
+std::unique_ptr<Backend> make_racy_bias_backend();
+
+}  // namespace gradeq

@@ -1,0 +1,31 @@
+// cuda_check.h — every CUDA runtime and cuBLAS call goes through these
+// macros: a failure raises gradeq::KernelError naming the call, the file
+// and the line, instead of continuing with a broken device state. Every
+// kernel launch is followed by GRADEQ_LAUNCH_CHECK().
+#pragma once
+
+#include <string>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "kernels/check.h"
+
+namespace gradeq::cuda {
+
+inline void check_cuda(cudaError_t status, const char* call, const char* file, int line) {
+  if (status != cudaSuccess)
+    kernel_failure(file, line, std::string(call) + ": " + cudaGetErrorName(status) + ": " + cudaGetErrorString(status));
+}
+
+inline void check_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    kernel_failure(file, line, std::string(call) + ": cuBLAS status " + cublasGetStatusName(status) + ": " +
+                                   cublasGetStatusString(status));
+}
+
+}  // namespace gradeq::cuda
+
+#define GRADEQ_CUDA_CHECK(call) ::gradeq::cuda::check_cuda((call), #call, __FILE__, __LINE__)
+#define GRADEQ_CUBLAS_CHECK(call) ::gradeq::cuda::check_cublas((call), #call, __FILE__, __LINE__)
+#define GRADEQ_LAUNCH_CHECK() ::gradeq::cuda::check_cuda(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
