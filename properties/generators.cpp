@@ -230,6 +230,11 @@ rc::Gen<ScenarioSpec> equal_split_shortcut_scenario() {
   });
 }
 
+rc::Gen<ScenarioSpec> determinism_scenario() {
+  return rc::gen::oneOf(independent_scenario(), batchnorm_scenario(), optimizer_scenario(),
+                        mixed_precision_scenario());
+}
+
 rc::Gen<ScenarioSpec> exact_scenario() {
   return rc::gen::exec([] {
     ScenarioSpec s;

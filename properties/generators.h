@@ -43,6 +43,8 @@ rc::Gen<ScenarioSpec> long_accumulation_scenario();
 // Token cross-entropy over padded sequences with the equal-split
 // normalization shortcut, 1 / (N n_b).
 rc::Gen<ScenarioSpec> equal_split_shortcut_scenario();
+// Any of the independent, batchnorm, optimizer and mixed-precision scenarios.
+rc::Gen<ScenarioSpec> determinism_scenario();
 // Linear/ReLU/MSE on dyadic data with power-of-two sizes and splits:
 // float32 arithmetic on it is exact.
 rc::Gen<ScenarioSpec> exact_scenario();

@@ -2,6 +2,7 @@
 #include "properties/properties.h"
 
 #include <cmath>
+#include <cstring>
 #include <sstream>
 
 #include "properties/generators.h"
@@ -89,6 +90,52 @@ Evidence exactness(const ScenarioSpec& s, PropertyContext& ctx) {
   if (vacuous) {
     e.discard = true;
     e.discard_reason = "vacuous";
+  }
+  return e;
+}
+
+Evidence determinism(const ScenarioSpec& s, PropertyContext& ctx) {
+  const Scenario scenario = materialize(s);
+  struct DeterministicMode {  // on for the two runs, restored after
+    Backend& b;
+    bool was = b.deterministic();
+    explicit DeterministicMode(Backend& backend) : b(backend) { b.set_deterministic(true); }
+    ~DeterministicMode() { b.set_deterministic(was); }
+  } mode(*ctx.backend);
+  const KernelRun first = ctx.loop(*ctx.backend)->run(scenario, s.split);
+  const KernelRun second = ctx.loop(*ctx.backend)->run(scenario, s.split);
+  Evidence e;
+  auto fail = [&](const std::string& message) {
+    if (!e.holds) return;
+    e.holds = false;
+    e.message = message;
+    e.worst_ratio = HUGE_VAL;  // any difference exceeds a bound of 0
+  };
+  if (first.windows.size() != second.windows.size()) fail("the runs have different numbers of windows");
+  for (std::size_t w = 0; e.holds && w < first.windows.size(); ++w) {
+    const KernelWindow &a = first.windows[w], &b = second.windows[w];
+    const std::string where = "window " + std::to_string(w) + ": ";
+    if (a.skipped != b.skipped) fail(where + "one run skipped the step, the other did not");
+    // The loss may be infinite in a window that overflowed; it must still repeat bit for bit.
+    if (std::memcmp(&a.loss, &b.loss, sizeof(double)) != 0) fail(where + "the losses differ");
+    if (a.tensors.size() != b.tensors.size()) fail(where + "the runs recorded different tensors");
+    for (const RunTensor& ta : a.tensors) {
+      const RunTensor& tb = find_tensor(b, ta.name);
+      for (std::size_t i = 0; e.holds && i < ta.values.size(); ++i) {
+        std::ostringstream os;
+        os.precision(9);
+        os << where << ta.name << "[" << i << "] ";
+        const bool same_bits = std::memcmp(&ta.values[i], &tb.values[i], sizeof(double)) == 0;
+        if (!same_bits) {
+          fail(os.str() + "differs run to run: " + std::to_string(ta.values[i]) + " vs " + std::to_string(tb.values[i]));
+        } else if (!std::isfinite(ta.values[i]) && !e.discard) {
+          // Repeated bit for bit, but an overflow (static float16 loss
+          // scaling) leaves nothing to compare: the case cannot decide.
+          e.discard = true;
+          e.discard_reason = "ill-conditioned";
+        }
+      }
+    }
   }
   return e;
 }
@@ -196,6 +243,8 @@ const std::vector<Property>& default_properties() {
        independent_scenario(), kernel_correctness},
       {"AccumulationEquivalence", "accumulated backend run vs full-batch reference, within the error-model bound",
        independent_scenario(), accumulation_equivalence},
+      {"Determinism", "deterministic mode: the accumulated run repeated from the same state is bitwise identical",
+       determinism_scenario(), determinism},
       {"Exactness", "dyadic data, power-of-two splits: every run bitwise equal", exact_scenario(), exactness},
       {"BatchNormKernelCorrectness", "batchnorm models: backend vs its own (accumulated) reference, running "
        "statistics included", batchnorm_scenario(), kernel_correctness},

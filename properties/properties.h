@@ -52,6 +52,9 @@ Evidence reference_self_consistency(const ScenarioSpec& s, PropertyContext& ctx)
 Evidence kernel_correctness(const ScenarioSpec& s, PropertyContext& ctx);
 // K_acc vs R_full within the accumulation bound.
 Evidence accumulation_equivalence(const ScenarioSpec& s, PropertyContext& ctx);
+// The backend's deterministic mode: the accumulated run, repeated from the
+// same initial state, gives bitwise identical values in every window.
+Evidence determinism(const ScenarioSpec& s, PropertyContext& ctx);
 // Dyadic data, exact arithmetic: K_acc, K_full, R_acc, R_full bitwise equal.
 Evidence exactness(const ScenarioSpec& s, PropertyContext& ctx);
 // BatchNorm: R_acc departs from R_full beyond float64 rounding whenever a

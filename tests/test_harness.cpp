@@ -4,6 +4,7 @@
 #include <fstream>
 #include <limits>
 
+#include "harness/backends.h"
 #include "harness/compare.h"
 #include "harness/dump.h"
 #include "harness/equivalence.h"
@@ -117,14 +118,26 @@ TEST(Compare, Metrics) {
   EXPECT_DOUBLE_EQ(ulp_in(0.0, DType::f16), 0x1p-24);
 }
 
-TEST(Equivalence, DefaultSuitePassesOnTheHostBackend) {
-  CpuBackend cpu;
+// Every scenario of the default suite, on every backend (cuda skipped with
+// the reason where there is no device).
+class DefaultSuite : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DefaultSuite, PassesOnCorrectCode) {
+  std::unique_ptr<Backend> backend;
+  try {
+    backend = make_backend(GetParam());
+  } catch (const EnvironmentError& e) {
+    GTEST_SKIP() << e.what();
+  }
   for (const ScenarioSpec& s : default_scenarios()) {
-    const ScenarioResult r = check_scenario(s, cpu, correct_loop(), ErrorModel{});
+    const ScenarioResult r = check_scenario(s, *backend, correct_loop(), ErrorModel{});
     EXPECT_TRUE(r.passed()) << s.name << ": " << r.first_failure();
     EXPECT_FALSE(r.vacuous) << s.name;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, DefaultSuite, ::testing::Values("cpu", "cuda"),
+                         [](const auto& info) { return info.param; });
 
 // A backend that normalizes each micro-batch by its own item count instead
 // of the window's: it forgets the 1/N. The gate must fail.

@@ -1,14 +1,17 @@
 // The mutant catalogue covers every single-process bug of shared/BUGS.md,
 // and each mutant really changes the result of a scenario that exercises
 // its bug (a mutant identical to correct code would prove nothing).
+#include <algorithm>
 #include <map>
 #include <set>
 
 #include <gtest/gtest.h>
 
+#include "harness/backends.h"
 #include "harness/suite.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/mutants/mutants.h"
+#include "properties/properties.h"
 
 namespace gradeq {
 namespace {
@@ -47,6 +50,35 @@ TEST(Mutants, EachFailsTheScenarioThatExercisesIt) {
     EXPECT_FALSE(r.passed()) << m.id << " on " << s.name;
   }
 }
+
+// B19 on every backend: the real racy kernel on cuda (skipped without a
+// device), the race's lost updates modelled on cpu. Run twice from the same
+// state it drifts, and the Determinism property says so.
+class RaceMutant : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RaceMutant, DriftsRunToRunAndIsCaughtByDeterminism) {
+  std::unique_ptr<Backend> base;
+  try {
+    base = make_backend(GetParam());
+  } catch (const EnvironmentError& e) {
+    GTEST_SKIP() << e.what();
+  }
+  const std::vector<Mutant> all = mutants_for(*base);
+  const auto b19 = std::find_if(all.begin(), all.end(), [](const Mutant& m) { return m.id == "B19"; });
+  ASSERT_NE(b19, all.end());
+  std::unique_ptr<Backend> racy = b19->wrap_backend(*base);
+  const std::vector<ScenarioSpec> suite = default_scenarios();
+  const ScenarioSpec& s = *find_scenario(suite, "mlp_mse_equal");
+  PropertyContext ctx{racy.get(), correct_loop(), ErrorModel{}};
+  const Evidence e = determinism(s, ctx);
+  EXPECT_FALSE(e.holds) << "B19 repeated bitwise on " << s.name;
+  EXPECT_NE(e.message.find("differs run to run"), std::string::npos) << e.message;
+  PropertyContext correct{base.get(), correct_loop(), ErrorModel{}};
+  EXPECT_TRUE(determinism(s, correct).holds) << "correct code must repeat bitwise";
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, RaceMutant, ::testing::Values("cpu", "cuda"),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace gradeq

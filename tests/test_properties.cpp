@@ -1,54 +1,58 @@
-// The registered properties as RapidCheck/GoogleTest properties (RC_PARAMS
-// honoured: max_success, seed, reproduce). Each case runs the four runs of
-// a generated scenario on the host backend. Test ids are
-// "Properties/<name>", as in `gradeq check`, so reproduce strings carry over.
-#include <set>
-
+// The registered properties as GoogleTest cases, one per property and
+// backend: the cpu backend always, cuda where a device is present (skipped
+// with the reason otherwise; the reference-only properties run once, on
+// cpu). Each runs RapidCheck through the same runner as `gradeq check`
+// (properties/property_runner.h): RC_PARAMS is honoured (max_success,
+// seed, reproduce) and the RapidCheck test id is "Properties/<name>", so a
+// reproduce string printed by either works with both.
 #include <gtest/gtest.h>
-#include <rapidcheck/gtest.h>
 
-#include "kernels/cpu/cpu_backend.h"
-#include "properties/properties.h"
+#include "harness/backends.h"
+#include "properties/property_runner.h"
 
 namespace gradeq {
 namespace {
 
-// Asserts the property on one generated case; discards cases that cannot
-// decide it (vacuous or ill-conditioned), as `gradeq check` does.
-void check_property(const std::string& name) {
-  const Property* p = find_property(name);
-  RC_ASSERT(p != nullptr);
-  const ScenarioSpec spec = *p->generator;
-  CpuBackend cpu;
-  PropertyContext ctx{&cpu, correct_loop(), ErrorModel{}};
-  const Evidence e = p->check(spec, ctx);
-  if (!e.holds) RC_FAIL(e.message);
-  RC_PRE(!e.discard);
+struct PropertyOnBackend {
+  std::string backend;
+  const Property* property;
+};
+
+std::vector<PropertyOnBackend> cases() {
+  std::vector<PropertyOnBackend> out;
+  for (const char* backend : {"cpu", "cuda"})
+    for (const Property& p : default_properties())
+      if (p.exercises_backend || std::string(backend) == "cpu") out.push_back({backend, &p});
+  return out;
 }
 
-RC_GTEST_PROP(Properties, ReferenceSelfConsistency, ()) { check_property("ReferenceSelfConsistency"); }
-RC_GTEST_PROP(Properties, KernelCorrectness, ()) { check_property("KernelCorrectness"); }
-RC_GTEST_PROP(Properties, AccumulationEquivalence, ()) { check_property("AccumulationEquivalence"); }
-RC_GTEST_PROP(Properties, Exactness, ()) { check_property("Exactness"); }
-RC_GTEST_PROP(Properties, BatchNormKernelCorrectness, ()) { check_property("BatchNormKernelCorrectness"); }
-RC_GTEST_PROP(Properties, BatchNormDivergence, ()) { check_property("BatchNormDivergence"); }
-RC_GTEST_PROP(Properties, ExactBatchNormEquivalence, ()) { check_property("ExactBatchNormEquivalence"); }
-RC_GTEST_PROP(Properties, OptimizerTrajectoryEquivalence, ()) { check_property("OptimizerTrajectoryEquivalence"); }
-RC_GTEST_PROP(Properties, MixedPrecisionEquivalence, ()) { check_property("MixedPrecisionEquivalence"); }
-RC_GTEST_PROP(Properties, LongAccumulation, ()) { check_property("LongAccumulation"); }
-RC_GTEST_PROP(Properties, EqualSplitShortcut, ()) { check_property("EqualSplitShortcut"); }
+void PrintTo(const PropertyOnBackend& c, std::ostream* os) { *os << c.property->name << " on " << c.backend; }
 
-TEST(PropertyRegistry, EveryRegisteredPropertyHasAWrapper) {
-  std::set<std::string> wrapped;
-  const ::testing::UnitTest& unit = *::testing::UnitTest::GetInstance();
-  for (int i = 0; i < unit.total_test_suite_count(); ++i) {
-    const ::testing::TestSuite& suite = *unit.GetTestSuite(i);
-    if (std::string(suite.name()) != "Properties") continue;
-    for (int j = 0; j < suite.total_test_count(); ++j) wrapped.insert(suite.GetTestInfo(j)->name());
+class PropertyTest : public ::testing::TestWithParam<PropertyOnBackend> {};
+
+TEST_P(PropertyTest, Holds) {
+  const auto& [name, property] = GetParam();
+  std::unique_ptr<Backend> backend;
+  try {
+    backend = make_backend(name);
+  } catch (const EnvironmentError& e) {
+    GTEST_SKIP() << e.what();
   }
-  ASSERT_FALSE(default_properties().empty());
-  for (const Property& p : default_properties()) EXPECT_TRUE(wrapped.count(p.name)) << p.name << " has no RC_GTEST_PROP";
+  PropertyContext ctx{backend.get(), correct_loop(), ErrorModel{}};
+  PropertyRunConfig config;
+  config.cases = 0;  // RapidCheck's default (100) or RC_PARAMS max_success
+  const PropertyRun run = run_property(*property, ctx, config);
+  EXPECT_TRUE(run.passed) << run.message << "\n  counterexample: " << run.counterexample
+                          << "\n  reproduce: RC_PARAMS=\"" << run.reproduce << "\"";
+  EXPECT_GT(run.cases, 0);
+  std::cout << "  " << property->name << " on " << name << ": " << run.cases << " cases, worst error/bound "
+            << run.worst_ratio << ", discarded " << run.discarded_vacuous << " vacuous, "
+            << run.discarded_ill_conditioned << " ill-conditioned\n";
 }
+
+INSTANTIATE_TEST_SUITE_P(Registered, PropertyTest, ::testing::ValuesIn(cases()), [](const auto& info) {
+  return info.param.backend + "_" + info.param.property->name;
+});
 
 }  // namespace
 }  // namespace gradeq

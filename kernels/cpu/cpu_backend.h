@@ -50,6 +50,8 @@ class CpuBackend : public Backend {
   void optimizer_step(const OptimizerStep& step, std::span<const Tensor> params, std::span<const Tensor> grads,
                       std::span<const Tensor> state_a, std::span<const Tensor> state_b) override;
 
+  // One thread, fixed loop orders: always deterministic. Turning the mode
+  // off permits non-determinism; nothing here needs it.
   void set_deterministic(bool) override {}
   bool deterministic() const override { return true; }
 

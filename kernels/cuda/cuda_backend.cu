@@ -106,27 +106,35 @@ __global__ void bias_epilogue(const float* acc, const void* b, DType tb, void* y
     store(y, ty, i, acc[i] + (b ? load(b, tb, i % cols) : 0.0f));
 }
 
-// db[c] += sum over rows of dy[r, c]: one block per column.
-__global__ void column_sum_accumulate(const void* dy, DType t, long rows, long cols, void* db, DType tdb) {
-  const long c = blockIdx.x;
+// The sum over rows [slice * per, ...) of column c, per = ceil(rows / slices),
+// by the whole block; fixed order within the slice.
+__device__ float slice_column_sum(const void* dy, DType t, long rows, long cols, long c, long slice, long slices) {
+  const long per = (rows + slices - 1) / slices;
+  const long end = (slice + 1) * per < rows ? (slice + 1) * per : rows;
   float s = 0.0f;
-  for (long r = threadIdx.x; r < rows; r += blockDim.x) s += load(dy, t, r * cols + c);
-  s = block_sum(s);
-  if (threadIdx.x == 0) store(db, tdb, c, load(db, tdb, c) + s);
+  for (long r = slice * per + threadIdx.x; r < end; r += blockDim.x) s += load(dy, t, r * cols + c);
+  return block_sum(s);
 }
 
-// B19: each column summed by several blocks, each adding its partial into
-// db with a plain read-modify-write: concurrent updates are lost.
-__global__ void racy_column_sum(const void* dy, DType t, long rows, long cols, void* db, DType tdb, int slices) {
-  const long c = blockIdx.x;
-  const long slice = blockIdx.y;
-  const long per = (rows + slices - 1) / slices;
-  float s = 0.0f;
-  const long end = (slice + 1) * per < rows ? (slice + 1) * per : rows;
-  for (long r = slice * per + threadIdx.x; r < end; r += blockDim.x)
-    s += load(dy, t, r * cols + c);
-  s = block_sum(s);
-  if (threadIdx.x == 0) store(db, tdb, c, load(db, tdb, c) + s);  // the race: no atomic, no ordering
+// db[c] += sum over rows of dy[r, c]: one block per column, fixed order.
+__global__ void column_sum_accumulate(const void* dy, DType t, long rows, long cols, void* db, DType tdb) {
+  const float s = slice_column_sum(dy, t, rows, cols, blockIdx.x, 0, 1);
+  if (threadIdx.x == 0) store(db, tdb, blockIdx.x, load(db, tdb, blockIdx.x) + s);
+}
+
+// Non-deterministic mode: each column summed by several blocks, their
+// partials added into the float32 db with atomicAdd in whatever order the
+// blocks finish: correct, not bitwise reproducible.
+__global__ void column_sum_atomic(const void* dy, DType t, long rows, long cols, float* db, long slices) {
+  const float s = slice_column_sum(dy, t, rows, cols, blockIdx.x, blockIdx.y, slices);
+  if (threadIdx.x == 0) atomicAdd(db + blockIdx.x, s);
+}
+
+// B19: the same slicing, each partial added into db with a plain
+// read-modify-write: concurrent updates are lost.
+__global__ void racy_column_sum(const void* dy, DType t, long rows, long cols, void* db, DType tdb, long slices) {
+  const float s = slice_column_sum(dy, t, rows, cols, blockIdx.x, blockIdx.y, slices);
+  if (threadIdx.x == 0) store(db, tdb, blockIdx.x, load(db, tdb, blockIdx.x) + s);  // the race: no atomic, no ordering
 }
 
 __global__ void activation_forward_kernel(Activation a, const void* x, DType tx, void* y, DType ty, long n) {
@@ -599,7 +607,23 @@ void CudaBackend::linear_backward_weight(const Tensor& dy, const Tensor& x, cons
   bias_gradient(dy, db);
 }
 
+void CudaBackend::set_deterministic(bool on) {
+  deterministic_ = on;
+  GRADEQ_CUBLAS_CHECK(
+      cublasSetAtomicsMode(impl_->cublas, on ? CUBLAS_ATOMICS_NOT_ALLOWED : CUBLAS_ATOMICS_ALLOWED));
+}
+
+// Rows summed per block by the sliced bias-gradient kernels.
+constexpr long kRowsPerSlice = 4 * kThreads;
+
 void CudaBackend::bias_gradient(const Tensor& dy, const Tensor& db) {
+  if (!deterministic_ && db.dtype == DType::f32 && dy.rows > kRowsPerSlice) {
+    const long slices = (dy.rows + kRowsPerSlice - 1) / kRowsPerSlice;
+    column_sum_atomic<<<dim3(static_cast<unsigned>(dy.cols), static_cast<unsigned>(slices)), kThreads>>>(
+        dy.data, dy.dtype, dy.rows, dy.cols, static_cast<float*>(db.data), slices);
+    GRADEQ_LAUNCH_CHECK();
+    return;
+  }
   column_sum_accumulate<<<static_cast<unsigned>(dy.cols), kThreads>>>(dy.data, dy.dtype, dy.rows, dy.cols, db.data,
                                                                        db.dtype);
   GRADEQ_LAUNCH_CHECK();
@@ -772,9 +796,11 @@ namespace {
 class RacyBiasBackend : public CudaBackend {
  protected:
   void bias_gradient(const Tensor& dy, const Tensor& db) override {
-    const int slices = 4;
-    racy_column_sum<<<dim3(static_cast<unsigned>(dy.cols), slices), kThreads>>>(dy.data, dy.dtype, dy.rows, dy.cols,
-                                                                                 db.data, db.dtype, slices);
+    // One slice per row (up to 64): many blocks race on each column.
+    const long slices = std::min(dy.rows, 64L);
+    if (slices == 0) return;
+    racy_column_sum<<<dim3(static_cast<unsigned>(dy.cols), static_cast<unsigned>(slices)), kThreads>>>(
+        dy.data, dy.dtype, dy.rows, dy.cols, db.data, db.dtype, slices);
     GRADEQ_LAUNCH_CHECK();
   }
 };

@@ -3,8 +3,8 @@
 // gradient buffer for the weight gradient), hand-written kernels for the
 // rest. bfloat16 / float16 tensors are stored as __nv_bfloat16 / __half;
 // element math is shared with the host backend (kernels/element_math.h).
-// Every reduction has a fixed order, so results are bitwise identical run
-// to run (deterministic() is always true; the racy B19 mutant is not).
+// In deterministic mode (the default) every reduction has a fixed order,
+// so results are bitwise identical run to run; the racy B19 mutant is not.
 // Built only when nvcc is found; must not be included by host-only code
 // except through harness/backends.
 #pragma once
@@ -69,7 +69,10 @@ class CudaBackend : public Backend {
   void optimizer_step(const OptimizerStep& step, std::span<const Tensor> params, std::span<const Tensor> grads,
                       std::span<const Tensor> state_a, std::span<const Tensor> state_b) override;
 
-  void set_deterministic(bool on) override { deterministic_ = on; }
+  // On by default. Off: the bias gradient of tall batches adds per-slice
+  // partial sums with atomicAdd and cuBLAS may use atomics: faster, correct
+  // within the same bounds, not bitwise reproducible run to run.
+  void set_deterministic(bool on) override;
   bool deterministic() const override { return deterministic_; }
 
  protected:

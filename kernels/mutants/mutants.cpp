@@ -3,7 +3,9 @@
 // comment above it names the bug and where it shipped (shared/BUGS.md).
 #include "kernels/mutants/mutants.h"
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 
 #include "harness/training_loop.h"
 #include "kernels/forwarding_backend.h"
@@ -258,6 +260,44 @@ class BfloatAccumulation : public ForwardingBackend {
   }
 };
 
+// B19 on a host backend — unsynchronized concurrent accumulate: the bias
+// gradient is summed by several row slices, each adding its partial into
+// db with a plain read-modify-write. A host backend has no concurrent
+// blocks, so the race's outcome is modelled: each slice after the first
+// reads, with probability 1/2, the value from before the previous slice's
+// write, and that write is lost; the draws differ run to run, as a race's
+// interleavings do. (The CUDA backend's B19 is the real racy kernel.)
+class LostUpdateBiasGradient : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  void linear_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) override {
+    Tensor discarded = inner_.allocate(db.rows, db.cols, DType::f32);
+    inner_.fill(discarded, 0.0f);
+    inner_.linear_backward_weight(dy, x, dw, discarded);  // dw as the kernel computes it
+    inner_.release(discarded);
+    std::vector<float> g(static_cast<std::size_t>(dy.size())), b(static_cast<std::size_t>(db.size()));
+    inner_.download(dy, g);
+    inner_.download(db, b);
+    const long slices = std::min(dy.rows, 4L), per = slices > 0 ? (dy.rows + slices - 1) / slices : 0;
+    std::bernoulli_distribution raced(0.5);
+    for (long c = 0; c < dy.cols; ++c) {
+      float current = b[static_cast<std::size_t>(c)], previous_read = current;
+      for (long s = 0; s < slices; ++s) {
+        float partial = 0.0f;
+        for (long r = s * per; r < std::min(dy.rows, (s + 1) * per); ++r) partial += g[static_cast<std::size_t>(r * dy.cols + c)];
+        const float read = s > 0 && raced(rng_) ? previous_read : current;
+        previous_read = read;
+        current = read + partial;
+      }
+      b[static_cast<std::size_t>(c)] = current;
+    }
+    inner_.upload(db, b);
+  }
+
+ private:
+  std::mt19937 rng_{std::random_device{}()};
+};
+
 template <class B>
 std::function<std::unique_ptr<Backend>(Backend&)> backend_of() {
   return [](Backend& inner) { return std::make_unique<B>(inner); };
@@ -305,13 +345,13 @@ const std::vector<Mutant>& mutants() {
 
 std::vector<Mutant> mutants_for(const Backend& backend) {
   std::vector<Mutant> out = mutants();
+  Mutant race{"B19", "unsynchronized concurrent accumulate: several slices += into one bias gradient",
+              "kernel-level race (shared/BUGS.md)", backend_of<LostUpdateBiasGradient>(), nullptr};
 #if GRADEQ_HAVE_CUDA
-  if (backend.name() == "cuda")
-    out.push_back({"B19", "unsynchronized concurrent accumulate: several blocks += into one bias gradient",
-                   "kernel-level race (shared/BUGS.md)", [](Backend&) { return make_racy_bias_backend(); }, nullptr});
-#else
-  (void)backend;
+  if (backend.name() == "cuda") race.wrap_backend = [](Backend&) { return make_racy_bias_backend(); };
 #endif
+  if (backend.name() != "cuda") race.bug += " (race outcome modelled on the host)";
+  out.push_back(std::move(race));
   return out;
 }
 

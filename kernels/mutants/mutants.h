@@ -27,8 +27,9 @@ struct Mutant {
 
 // The single-process mutants (B1, B3-B11, B13-B18), for any backend.
 const std::vector<Mutant>& mutants();
-// Those, plus the ones only a given backend can have: B19 (a GPU race) for
-// the CUDA backend.
+// Those, plus B19 (unsynchronized concurrent accumulate): the real racy
+// kernel on the CUDA backend, the race's lost-update outcome modelled on
+// any other backend.
 std::vector<Mutant> mutants_for(const Backend& backend);
 const Mutant* find_mutant(const std::string& id);
 

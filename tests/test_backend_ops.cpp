@@ -1,12 +1,14 @@
-// Each host-backend op against the float64 reference op, within the bound
-// the reference propagates for a float32 kernel (times the formulation
-// factor); accumulate semantics (beta = 1) and explicit zeroing.
+// Each op of every backend (cpu; cuda where a device is present, skipped
+// with the reason otherwise) against the float64 reference op, within the
+// bound the reference propagates for a float32 kernel; accumulate
+// semantics (beta = 1), explicit zeroing, multi-tensor launches with
+// vector bodies and scalar tails, mixed-dtype inputs, determinism.
 #include <cmath>
 #include <limits>
 #include <random>
 
 #include "harness/training_loop.h"
-#include "kernels/cpu/cpu_backend.h"
+#include "harness/backends.h"
 #include "kernels/check.h"
 #include "reference/layers.h"
 #include "reference/losses.h"
@@ -18,25 +20,33 @@ namespace {
 
 using ref::lift;
 
-class CpuBackendTest : public ::testing::Test {
+class BackendOps : public ::testing::TestWithParam<std::string> {
  protected:
-  CpuBackend backend;
+  void SetUp() override {
+    try {
+      backend = make_backend(GetParam());
+    } catch (const EnvironmentError& e) {
+      GTEST_SKIP() << e.what();
+    }
+  }
+
+  std::unique_ptr<Backend> backend;
   std::mt19937_64 rng{99};
 
   Tensor put(const Matrix<double>& m, DType t = DType::f32) {
-    Tensor x = backend.allocate(m.rows(), m.cols(), t);
+    Tensor x = backend->allocate(m.rows(), m.cols(), t);
     std::vector<float> v(m.data(), m.data() + m.size());
-    backend.upload(x, v);
+    backend->upload(x, v);
     return x;
   }
   Tensor empty(long rows, long cols, DType t = DType::f32) {
-    Tensor x = backend.allocate(rows, cols, t);
-    backend.fill(x, std::numeric_limits<float>::quiet_NaN());  // must be overwritten
+    Tensor x = backend->allocate(rows, cols, t);
+    backend->fill(x, std::numeric_limits<float>::quiet_NaN());  // must be overwritten
     return x;
   }
   std::vector<float> get(const Tensor& t) {
     std::vector<float> v(static_cast<std::size_t>(t.size()));
-    backend.download(t, v);
+    backend->download(t, v);
     return v;
   }
   void expect_within_bound(const Tensor& actual, const Matrix<Bounded>& expected, const std::string& what) {
@@ -52,51 +62,56 @@ class CpuBackendTest : public ::testing::Test {
     }
     EXPECT_GT(nonzero, 0.0) << what << ": an all-zero expectation proves nothing";
   }
+  void check_normalizer(NormKind kind);
 };
 
-TEST_F(CpuBackendTest, LinearForwardAndBackward) {
+TEST_P(BackendOps, LinearForwardAndBackward) {
   const auto x = random_matrix(rng, 9, 13), w = random_matrix(rng, 5, 13), b = random_matrix(rng, 1, 5);
   const auto dy = random_matrix(rng, 9, 5);
   Tensor tx = put(x), tw = put(w), tb = put(b), tdy = put(dy), ty = empty(9, 5), tdx = empty(9, 13);
-  backend.linear_forward(tx, tw, tb, ty);
+  backend->linear_forward(tx, tw, tb, ty);
   expect_within_bound(ty, ref::linear_forward(lift<Bounded>(x), lift<Bounded>(w), lift<Bounded>(b)), "y");
-  backend.linear_backward_data(tdy, tw, tdx);
+  backend->linear_backward_data(tdy, tw, tdx);
   const auto g = ref::linear_backward(lift<Bounded>(x), lift<Bounded>(w), lift<Bounded>(dy));
   expect_within_bound(tdx, g.dx, "dx");
   // dw and db accumulate: start from a non-zero buffer.
   const auto dw0 = random_matrix(rng, 5, 13), db0 = random_matrix(rng, 1, 5);
   Tensor tdw = put(dw0), tdb = put(db0);
-  backend.linear_backward_weight(tdy, tx, tdw, tdb);
+  backend->linear_backward_weight(tdy, tx, tdw, tdb);
   expect_within_bound(tdw, Matrix<Bounded>(lift<Bounded>(dw0) + g.dw), "dw += dy^T x");
   expect_within_bound(tdb, Matrix<Bounded>(lift<Bounded>(db0) + g.db), "db += sum dy");
 }
 
-TEST_F(CpuBackendTest, ZeroIsExplicit) {
+TEST_P(BackendOps, ZeroIsExplicit) {
   Tensor t = put(random_matrix(rng, 3, 4));
   const Tensor list[] = {t};
-  backend.zero(list);
+  backend->zero(list);
   for (float v : get(t)) EXPECT_EQ(v, 0.0f);
 }
 
-TEST_F(CpuBackendTest, Activations) {
+TEST_P(BackendOps, Activations) {
   const auto x = random_matrix(rng, 6, 7, 2.0), dy = random_matrix(rng, 6, 7);
   Tensor tx = put(x), tdy = put(dy), ty = empty(6, 7), tdx = empty(6, 7);
-  backend.activation_forward(Activation::relu, tx, ty);
+  backend->activation_forward(Activation::relu, tx, ty);
   expect_within_bound(ty, ref::relu_forward(lift<Bounded>(x)), "relu");
-  backend.activation_backward(Activation::relu, tx, tdy, tdx);
+  backend->activation_backward(Activation::relu, tx, tdy, tdx);
   expect_within_bound(tdx, ref::relu_backward(lift<Bounded>(x), lift<Bounded>(dy)), "relu'");
-  backend.activation_forward(Activation::gelu_tanh, tx, ty);
+  backend->activation_forward(Activation::gelu_tanh, tx, ty);
   expect_within_bound(ty, ref::gelu_forward(lift<Bounded>(x)), "gelu");
-  backend.activation_backward(Activation::gelu_tanh, tx, tdy, tdx);
+  backend->activation_backward(Activation::gelu_tanh, tx, tdy, tdx);
   expect_within_bound(tdx, ref::gelu_backward(lift<Bounded>(x), lift<Bounded>(dy)), "gelu'");
 }
 
 // One normalizer of each kind against the reference: forward, saved
 // statistics, backward (dgamma/dbeta accumulate), BatchNorm running stats.
-class CpuNormTest : public CpuBackendTest, public ::testing::WithParamInterface<NormKind> {};
+TEST_P(BackendOps, Normalizers) {
+  for (NormKind kind : {NormKind::layer, NormKind::rms, NormKind::group, NormKind::batch}) {
+    SCOPED_TRACE(static_cast<int>(kind));
+    check_normalizer(kind);
+  }
+}
 
-TEST_P(CpuNormTest, MatchesTheReference) {
-  const NormKind kind = GetParam();
+void BackendOps::check_normalizer(NormKind kind) {
   const long positions = 3, rows = 12, cols = 6, groups = 3;
   const bool rms = kind == NormKind::rms, batch = kind == NormKind::batch;
   const auto x = random_matrix(rng, rows, cols, 3.0), dy = random_matrix(rng, rows, cols);
@@ -115,12 +130,12 @@ TEST_P(CpuNormTest, MatchesTheReference) {
   Tensor mean = empty(1, stat_groups), rstd = empty(1, stat_groups), tdx = empty(rows, cols);
   Tensor dg = put(Matrix<double>::Zero(1, cols)), db = rms ? Tensor{} : put(Matrix<double>::Zero(1, cols));
   Tensor rm = batch ? put(Matrix<double>::Zero(1, cols)) : Tensor{}, rv = batch ? put(Matrix<double>::Ones(1, cols)) : Tensor{};
-  backend.norm_forward(c, tx, tg, tb, ty, mean, rstd, rm, rv);
+  backend->norm_forward(c, tx, tg, tb, ty, mean, rstd, rm, rv);
   const auto xb = lift<Bounded>(x);
   const Matrix<Bounded> beta_b = rms ? Matrix<Bounded>() : lift<Bounded>(beta);
   const auto stats = ref::norm_statistics(shape, xb);
   expect_within_bound(ty, ref::norm_forward(shape, xb, lift<Bounded>(gamma), beta_b, stats), "y");
-  backend.norm_backward(c, tx, tg, tdy, mean, rstd, tdx, dg, db);
+  backend->norm_backward(c, tx, tg, tdy, mean, rstd, tdx, dg, db);
   const auto g = ref::norm_backward(shape, xb, lift<Bounded>(gamma), lift<Bounded>(dy), stats);
   expect_within_bound(tdx, g.dx, "dx");
   expect_within_bound(dg, g.dgamma, "dgamma");
@@ -133,22 +148,10 @@ TEST_P(CpuNormTest, MatchesTheReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllKinds, CpuNormTest,
-                         ::testing::Values(NormKind::layer, NormKind::rms, NormKind::group, NormKind::batch),
-                         [](const auto& info) {
-                           switch (info.param) {
-                             case NormKind::layer: return std::string("LayerNorm");
-                             case NormKind::rms: return std::string("RmsNorm");
-                             case NormKind::group: return std::string("GroupNorm");
-                             case NormKind::batch: return std::string("BatchNorm");
-                           }
-                           return std::string("?");
-                         });
-
-TEST_F(CpuBackendTest, Losses) {
+TEST_P(BackendOps, Losses) {
   const auto y = random_matrix(rng, 6, 4, 2.0), t = random_matrix(rng, 6, 4);
   Tensor ty = put(y), tt = put(t), tdy = empty(6, 4);
-  const double sum = backend.loss_forward_backward(LossKind::mse, ty, tt, 0.125f, tdy);
+  const double sum = backend->loss_forward_backward(LossKind::mse, ty, tt, 0.125f, tdy);
   const auto mse = ref::mse_loss(lift<Bounded>(y), lift<Bounded>(t), Bounded(0.125));
   expect_within_bound(tdy, mse.dy, "mse dy");
   EXPECT_LE(std::abs(sum - mse.loss_sum.value), kernel_bound(mse.loss_sum.kernel, mse.loss_sum.reference));
@@ -157,51 +160,51 @@ TEST_F(CpuBackendTest, Losses) {
   Matrix<double> cls(6, 1);
   for (long i = 0; i < 6; ++i) cls(i, 0) = classes[i];
   Tensor tc = put(cls);
-  const double ce_sum = backend.loss_forward_backward(LossKind::cross_entropy, ty, tc, 0.25f, tdy);
+  const double ce_sum = backend->loss_forward_backward(LossKind::cross_entropy, ty, tc, 0.25f, tdy);
   const auto ce = ref::cross_entropy_loss(lift<Bounded>(y), classes, Bounded(0.25));
   expect_within_bound(tdy, ce.dy, "cross-entropy dy");
   EXPECT_LE(std::abs(ce_sum - ce.loss_sum.value), kernel_bound(ce.loss_sum.kernel, ce.loss_sum.reference));
 }
 
-TEST_F(CpuBackendTest, AccumulateScaleNormFinite) {
+TEST_P(BackendOps, AccumulateScaleNormFinite) {
   const auto a = random_matrix(rng, 3, 5), b = random_matrix(rng, 3, 5);
   Tensor ta = put(a), tb = put(b);
   const Tensor dst[] = {ta}, src[] = {tb};
-  backend.accumulate(dst, src, {});
+  backend->accumulate(dst, src, {});
   expect_within_bound(ta, Matrix<Bounded>(lift<Bounded>(a) + lift<Bounded>(b)), "a + b");
-  backend.scale(dst, 0.5f);
+  backend->scale(dst, 0.5f);
   expect_within_bound(ta, Matrix<Bounded>((lift<Bounded>(a) + lift<Bounded>(b)) * Bounded(0.5)), "(a + b) / 2");
   const auto sq = ref::reduce<Bounded>(b.size(), [&](long i) { return Bounded(b.data()[i]) * Bounded(b.data()[i]); });
   const Bounded norm = ref::sqrt(sq);
-  EXPECT_LE(std::abs(backend.global_norm(src) - norm.value), kernel_bound(norm.kernel, norm.reference));
-  EXPECT_TRUE(backend.all_finite(src));
-  backend.fill(tb, std::numeric_limits<float>::infinity());
-  EXPECT_FALSE(backend.all_finite(src));
+  EXPECT_LE(std::abs(backend->global_norm(src) - norm.value), kernel_bound(norm.kernel, norm.reference));
+  EXPECT_TRUE(backend->all_finite(src));
+  backend->fill(tb, std::numeric_limits<float>::infinity());
+  EXPECT_FALSE(backend->all_finite(src));
 }
 
 // Kahan-compensated accumulation into a bfloat16 buffer keeps what plain
 // bfloat16 accumulation loses: 256 + 1 + 1 + ... stays 256 without it.
-TEST_F(CpuBackendTest, CompensatedAccumulationRecoversLowBits) {
+TEST_P(BackendOps, CompensatedAccumulationRecoversLowBits) {
   Tensor plain = put(Matrix<double>::Constant(1, 1, 256.0), DType::bf16);
   Tensor kahan = put(Matrix<double>::Constant(1, 1, 256.0), DType::bf16);
   Tensor comp = put(Matrix<double>::Zero(1, 1), DType::bf16);
   Tensor one = put(Matrix<double>::Constant(1, 1, 1.0));
   const Tensor p[] = {plain}, k[] = {kahan}, c[] = {comp}, o[] = {one};
   for (int i = 0; i < 64; ++i) {
-    backend.accumulate(p, o, {});
-    backend.accumulate(k, o, c);
+    backend->accumulate(p, o, {});
+    backend->accumulate(k, o, c);
   }
   EXPECT_EQ(get(plain)[0], 256.0f);                      // every +1 rounds away
   EXPECT_EQ(get(kahan)[0] - get(comp)[0], 320.0f);       // value + correction is exact
 }
 
-TEST_F(CpuBackendTest, SgdStep) {
+TEST_P(BackendOps, SgdStep) {
   const auto p = random_matrix(rng, 2, 3), g = random_matrix(rng, 2, 3);
   Tensor tp = put(p), tg = put(g);
   const Tensor ps[] = {tp}, gs[] = {tg};
   OptimizerStep step;
   step.lr = 0.1f;
-  backend.optimizer_step(step, ps, gs, {}, {});
+  backend->optimizer_step(step, ps, gs, {}, {});
   auto expected = lift<Bounded>(p);
   ref::sgd_step(expected, lift<Bounded>(g), Bounded(static_cast<double>(0.1f)));
   expect_within_bound(tp, expected, "p - lr g");
@@ -209,7 +212,7 @@ TEST_F(CpuBackendTest, SgdStep) {
 
 // Three steps of each optimizer, state carried, against the reference (the
 // same float32 constants, from make_optimizer_step).
-TEST_F(CpuBackendTest, EveryOptimizerMatchesTheReference) {
+TEST_P(BackendOps, EveryOptimizerMatchesTheReference) {
   std::vector<ref::OptimizerSpec> configs(5);
   configs[0].momentum = 0.9;
   configs[0].weight_decay = 0.01;
@@ -231,7 +234,7 @@ TEST_F(CpuBackendTest, EveryOptimizerMatchesTheReference) {
       Tensor tg = put(g);
       const Tensor ps[] = {tp}, gs[] = {tg}, as[] = {ta}, bs[] = {tb};
       const double lr = o.lr * (1.0 + 0.1 * static_cast<double>(step));  // as a schedule would change it
-      backend.optimizer_step(make_optimizer_step(o, lr, step), ps, gs, as, bs);
+      backend->optimizer_step(make_optimizer_step(o, lr, step), ps, gs, as, bs);
       if (o.kind == ref::OptimizerKind::sgd) {
         ref::sgd_step(o, lr, step == 0, ep, lift<Bounded>(g), ea);
       } else {
@@ -249,18 +252,117 @@ TEST_F(CpuBackendTest, EveryOptimizerMatchesTheReference) {
   }
 }
 
-TEST_F(CpuBackendTest, StoresRoundToTheTensorDtype) {
-  Tensor t = backend.allocate(1, 1, DType::bf16);
+TEST_P(BackendOps, StoresRoundToTheTensorDtype) {
+  Tensor t = backend->allocate(1, 1, DType::bf16);
   const float v[] = {1.0f + 0x1p-10f};
-  backend.upload(t, v);
+  backend->upload(t, v);
   EXPECT_EQ(get(t)[0], 1.0f);
-  EXPECT_EQ(backend.peak_bytes(), 2u);
+  EXPECT_EQ(backend->peak_bytes(), 2u);
 }
 
-TEST_F(CpuBackendTest, ShapeMismatchIsAnError) {
+TEST_P(BackendOps, ShapeMismatchIsAnError) {
   Tensor x = empty(2, 3), w = empty(4, 5), b = empty(1, 4), y = empty(2, 4);
-  EXPECT_THROW(backend.linear_forward(x, w, b, y), KernelError);
+  EXPECT_THROW(backend->linear_forward(x, w, b, y), KernelError);
 }
+
+// One launch over many tensors: sizes below, at and above a chunk, odd
+// tails, and views that start one element in (not 16-byte aligned), so
+// both the vector body and the scalar paths run.
+TEST_P(BackendOps, ManyTensorsInOneLaunch) {
+  const std::vector<long> sizes = {1, 3, 4, 7, 4096, 4097, 10001};
+  std::vector<Tensor> dst, src;
+  std::vector<Matrix<double>> a, b;
+  for (long n : sizes) {
+    a.push_back(random_matrix(rng, 1, n + 1));
+    b.push_back(random_matrix(rng, 1, n + 1));
+    Tensor da = put(a.back()), sb = put(b.back());
+    const bool unaligned = n % 2 == 1;  // view from element 1 on
+    auto view = [&](const Tensor& t) {
+      return Tensor{static_cast<float*>(t.data) + (unaligned ? 1 : 0), 1, n, DType::f32};
+    };
+    dst.push_back(view(da));
+    src.push_back(view(sb));
+  }
+  backend->accumulate(dst, src, {});
+  backend->scale(dst, 0.5f);
+  for (std::size_t t = 0; t < sizes.size(); ++t) {
+    const long n = sizes[t], off = n % 2 == 1 ? 1 : 0;
+    const Matrix<double> ea = a[t].middleCols(off, n), eb = b[t].middleCols(off, n);
+    expect_within_bound(dst[t], Matrix<Bounded>((lift<Bounded>(ea) + lift<Bounded>(eb)) * Bounded(0.5)),
+                        "(a + b) / 2, n = " + std::to_string(n));
+  }
+  // The global norm over all of them, and zeroing.
+  std::vector<double> all;
+  for (const Tensor& t : dst)
+    for (float v : get(t)) all.push_back(v);
+  const auto sq = ref::reduce<Bounded>(static_cast<long>(all.size()),
+                                       [&](long i) { return Bounded(all[static_cast<std::size_t>(i)]) * Bounded(all[static_cast<std::size_t>(i)]); });
+  const Bounded norm = ref::sqrt(sq);
+  EXPECT_LE(std::abs(backend->global_norm(dst) - norm.value), kernel_bound(norm.kernel, norm.reference));
+  backend->zero(dst);
+  for (const Tensor& t : dst)
+    for (float v : get(t)) ASSERT_EQ(v, 0.0f);
+}
+
+// bfloat16 and float16 inputs: the weight-gradient GEMM and the
+// accumulate add them into float32 buffers with float32 arithmetic (the
+// inputs are exact in their dtype, so the float32 bound applies).
+TEST_P(BackendOps, HalfPrecisionInputsIntoFloat32Buffers) {
+  for (DType t : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(t));
+    auto rounded = [&](Matrix<double> m) {
+      for (long i = 0; i < m.size(); ++i) m.data()[i] = round_to(static_cast<float>(m.data()[i]), t);
+      return m;
+    };
+    const auto x = rounded(random_matrix(rng, 17, 6)), dy = rounded(random_matrix(rng, 17, 3));
+    const auto dw0 = random_matrix(rng, 3, 6), db0 = random_matrix(rng, 1, 3);
+    Tensor tx = put(x, t), tdy = put(dy, t), tdw = put(dw0), tdb = put(db0);
+    backend->linear_backward_weight(tdy, tx, tdw, tdb);
+    const auto g = ref::linear_backward(lift<Bounded>(x), ref::zeros<Bounded>(3, 6), lift<Bounded>(dy));
+    expect_within_bound(tdw, Matrix<Bounded>(lift<Bounded>(dw0) + g.dw), "dw += dy^T x");
+    expect_within_bound(tdb, Matrix<Bounded>(lift<Bounded>(db0) + g.db), "db += sum dy");
+    Tensor acc = put(dw0);
+    const Tensor dst[] = {acc}, src[] = {put(rounded(random_matrix(rng, 3, 6)), t)};
+    const std::vector<float> addend = get(src[0]);
+    backend->accumulate(dst, src, {});
+    Matrix<double> e = dw0;
+    for (long i = 0; i < e.size(); ++i) e.data()[i] += addend[static_cast<std::size_t>(i)];
+    Matrix<Bounded> expected = lift<Bounded>(dw0);
+    for (long i = 0; i < e.size(); ++i) expected.data()[i] = expected.data()[i] + Bounded(addend[static_cast<std::size_t>(i)]);
+    expect_within_bound(acc, expected, "float32 += half");
+  }
+}
+
+// Deterministic mode: the bias gradient of a tall batch, twice from the
+// same buffer, is bitwise identical; with the mode off it may differ in
+// the last bits but stays within the same bound.
+TEST_P(BackendOps, DeterministicModeRepeatsBitwise) {
+  const long rows = 5000;
+  const auto x = random_matrix(rng, rows, 2), dy = random_matrix(rng, rows, 3);
+  const auto dw0 = random_matrix(rng, 3, 2), db0 = random_matrix(rng, 1, 3);
+  const auto g = ref::linear_backward(lift<Bounded>(x), ref::zeros<Bounded>(3, 2), lift<Bounded>(dy));
+  Tensor tx = put(x), tdy = put(dy);
+  for (bool deterministic : {true, false}) {
+    SCOPED_TRACE(deterministic ? "deterministic" : "non-deterministic");
+    backend->set_deterministic(deterministic);
+    std::vector<std::vector<float>> results;
+    for (int run = 0; run < 2; ++run) {
+      Tensor tdw = put(dw0), tdb = put(db0);
+      backend->linear_backward_weight(tdy, tx, tdw, tdb);
+      expect_within_bound(tdb, Matrix<Bounded>(lift<Bounded>(db0) + g.db), "db += sum dy");
+      expect_within_bound(tdw, Matrix<Bounded>(lift<Bounded>(dw0) + g.dw), "dw += dy^T x");
+      results.push_back(get(tdb));
+    }
+    if (deterministic) {
+      EXPECT_EQ(results[0], results[1]);
+    }
+  }
+  backend->set_deterministic(true);
+  EXPECT_TRUE(backend->deterministic());
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, BackendOps, ::testing::Values("cpu", "cuda"),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace gradeq::test
