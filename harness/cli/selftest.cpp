@@ -54,7 +54,7 @@ B16Threshold b16_threshold(DType compute, Backend& base, const ErrorModel& model
   t.compute = compute;
   const Mutant& b16 = *find_mutant("B16");
   MutantRig rig(b16, base);
-  for (long n : {1L, 2L, 4L, 8L, 16L, 32L, 64L, 128L, 256L}) {
+  for (long n : {1L, 2L, 4L, 8L, 16L, 32L, 64L, 128L, 256L, 512L, 1024L}) {
     ScenarioSpec s;
     s.name = "B16 threshold";
     s.model.input_features = 16;
