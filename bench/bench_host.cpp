@@ -3,13 +3,12 @@
 // (within its error bound) before it is timed; timings are reported as a
 // ratio to a ceiling measured in the same run (memory bandwidth by a STREAM triad,
 // arithmetic by an FMA loop), never as absolute pass/fail.
-#include <benchmark/benchmark.h>
-
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "bench/ceiling.h"
 #include "harness/tolerance.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "reference/layers.h"
@@ -17,17 +16,7 @@
 namespace {
 
 using namespace gradeq;
-
-double g_bandwidth_ceiling = 0.0;  // bytes/s, from BM_CeilingStreamTriad
-double g_flops_ceiling = 0.0;      // flop/s, from BM_CeilingFma
-
-std::vector<float> random_values(long n, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal;
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (float& x : v) x = normal(rng);
-  return v;
-}
+using bench::random_values;
 
 // STREAM triad, a = b + s c: the memory bandwidth a streaming float32
 // kernel can reach here (3 streams, as plain accumulation has).
@@ -57,33 +46,6 @@ void BM_CeilingFma(benchmark::State& state) {
   }
   state.counters["flops_per_s"] = benchmark::Counter(2.0 * 64 * inner, benchmark::Counter::kIsIterationInvariantRate);
 }
-
-// Takes the ceilings from the ceiling benchmarks as they finish, and adds
-// to every later run its rate as a fraction of the matching ceiling.
-class CeilingReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    std::vector<Run> out = runs;
-    for (Run& r : out) {
-      const bool ceiling = r.benchmark_name().starts_with("BM_Ceiling");
-      add_fraction(r, "bytes_per_s", g_bandwidth_ceiling, ceiling);
-      add_fraction(r, "flops_per_s", g_flops_ceiling, ceiling);
-    }
-    ConsoleReporter::ReportRuns(out);
-  }
-
- private:
-  static void add_fraction(Run& r, const char* rate, double& ceiling_value, bool is_ceiling) {
-    const auto it = r.counters.find(rate);
-    if (it == r.counters.end()) return;
-    const double v = static_cast<double>(it->second);
-    if (is_ceiling) {
-      ceiling_value = std::max(ceiling_value, v);
-    } else if (ceiling_value > 0) {
-      r.counters["fraction_of_ceiling"] = benchmark::Counter(v / ceiling_value);
-    }
-  }
-};
 
 // dw += dy^T x with beta = 1: validated, then timed; flop rate / FMA ceiling.
 void BM_WeightGradientGemm(benchmark::State& state) {
@@ -156,11 +118,4 @@ BENCHMARK(BM_Accumulate)->ArgNames({"elements", "kahan"})->Args({1 << 22, 0})->A
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  CeilingReporter reporter;
-  benchmark::RunSpecifiedBenchmarks(&reporter);
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return gradeq::bench::run_benchmarks(argc, argv); }

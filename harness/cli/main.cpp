@@ -10,9 +10,11 @@
 // 3 environment (e.g. cuda asked for but unavailable).
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <optional>
 
 #include <CLI/CLI.hpp>
@@ -55,6 +57,23 @@ void add_check_options(CLI::App& cmd, CheckArgs& a) {
 }
 
 bool stderr_is_terminal() { return isatty(STDERR_FILENO) == 1; }
+
+// Progress on stderr: one line rewritten in place on a terminal; in a log,
+// the latest line at most every 30 seconds.
+ProgressSink make_progress() {
+  if (stderr_is_terminal()) return [](const std::string& line) { std::cerr << "\r\033[K" << line << std::flush; };
+  auto last = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
+  return [last](const std::string& line) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - *last < std::chrono::seconds(30)) return;
+    *last = now;
+    std::cerr << line << std::endl;
+  };
+}
+
+void end_progress() {
+  if (stderr_is_terminal()) std::cerr << "\r\033[K" << std::flush;
+}
 
 void print_summary(const CheckReport& r) {
   for (const ScenarioResult& s : r.scenarios) {
@@ -103,11 +122,9 @@ int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir) 
 
   std::cout << fmt::format("gradeq check: backend {}, seed {}, {} cases per property, {} error model\n",
                            backend->name(), a.seed, a.cases, a.error_model);
-  ProgressSink progress;
-  if (stderr_is_terminal())
-    progress = [](const std::string& line) { std::cerr << "\r\033[K" << line << std::flush; };
+  const ProgressSink progress = make_progress();
   const CheckReport report = run_gate(options, *backend, correct_loop(), progress);
-  if (progress) std::cerr << "\r\033[K" << std::flush;
+  end_progress();
   print_summary(report);
 
   if (report_dir) {
@@ -138,8 +155,7 @@ struct SweepArgs {
 };
 
 int run_sweep(const SweepArgs& a) {
-  ProgressSink progress;
-  if (stderr_is_terminal()) progress = [](const std::string& line) { std::cerr << "\r\033[K" << line << std::flush; };
+  const ProgressSink progress = make_progress();
   std::string md;
   nlohmann::json json;
   if (a.study == "norms") {
@@ -158,7 +174,7 @@ int run_sweep(const SweepArgs& a) {
     md = precision_sweep_markdown(sweep);
     json = precision_sweep_json(sweep);
   }
-  if (progress) std::cerr << "\r\033[K" << std::flush;
+  end_progress();
   std::cout << md;
   if (!a.out_dir.empty()) {
     const std::string stem = "sweep_" + a.study;
@@ -187,10 +203,9 @@ int run_selftest_command(const SelfTestArgs& a) {
   options.campaign_cases = a.campaign;
   options.campaign_mutant_cases = a.campaign_mutant_cases;
   options.threads = a.threads;
-  ProgressSink progress;
-  if (stderr_is_terminal()) progress = [](const std::string& line) { std::cerr << "\r\033[K" << line << std::flush; };
+  const ProgressSink progress = make_progress();
   const SelfTestReport report = run_selftest(options, *backend, progress);
-  if (progress) std::cerr << "\r\033[K" << std::flush;
+  end_progress();
   for (const PropertyRun& p : report.correct)
     std::cout << fmt::format("  {:4}  correct code  {:30} {} cases, worst err/bound {:.2e}\n", p.passed ? "pass" : "FAIL",
                              p.name, p.cases, p.worst_ratio);
@@ -227,11 +242,11 @@ int run_list(const std::string& what) {
   if (what == "scenarios" || what == "all") {
     std::cout << "scenarios:\n";
     for (const ScenarioSpec& s : default_scenarios())
-      std::cout << fmt::format("  {:28} {}  split {}\n", s.name, ref::describe(s.model), describe_split(s.split));
+      std::cout << fmt::format("  {:30} {}  split {}\n", s.name, ref::describe(s.model), describe_split(s.split));
   }
   if (what == "properties" || what == "all") {
     std::cout << "properties:\n";
-    for (const Property& p : default_properties()) std::cout << fmt::format("  {:28} {}\n", p.name, p.description);
+    for (const Property& p : default_properties()) std::cout << fmt::format("  {:30} {}\n", p.name, p.description);
   }
   if (what == "backends" || what == "all") {
     std::cout << "backends:\n";

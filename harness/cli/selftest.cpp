@@ -8,6 +8,8 @@
 #include <numeric>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/mutants/mutants.h"
 #include "properties/generators.h"
@@ -115,6 +117,9 @@ Campaign run_campaign(const SelfTestOptions& o, Backend& base, const ProgressSin
     const Evidence e = cases[i].property->check(cases[i].spec, ctx);
     std::lock_guard<std::mutex> guard(lock);
     ++c.cases;
+    if (progress && c.cases % std::max(1L, o.campaign_cases / 200) == 0)
+      progress(fmt::format("campaign: {}/{} cases on correct code, {} false alarms, worst error/bound {:.3f}", c.cases,
+                           o.campaign_cases, c.false_alarms, c.worst_ratio));
     if (!e.holds) {
       ++c.false_alarms;
       c.false_alarm_cases.push_back(cases[i].property->name + ": " + describe_scenario(cases[i].spec) + " — " + e.message);

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The GPU check: everything that needs an NVIDIA GPU, in one command, in
+# about 8 minutes on one H200. Steps, each logged under gpu-check/:
+#   build      scripts/setup.sh; the CUDA backend must be built
+#   tests      every CUDA test (backend ops, properties, default suite, B19):
+#              on a GPU machine a skipped CUDA test is a failure
+#   memcheck   compute-sanitizer memcheck (with leak check) on the CUDA op
+#              tests and on a short gate run with --backend cuda
+#   racecheck  compute-sanitizer racecheck (shared-memory hazards) on the
+#              CUDA op tests
+#   selftest   gradeq selftest --backend cuda: every mutant, B19 (the real
+#              racy kernel) included, must be caught
+#   report     gradeq report --backend cuda (the gate and its report)
+#   bench      the CUDA benchmarks, as fractions of ceilings measured in
+#              the same run
+# Prints a summary. Exit: 0 every step passed, 1 a step failed, 3 no CUDA
+# device or no nvcc (nothing was checked).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=gpu-check
+rm -rf "$out"
+mkdir -p "$out"
+started=$SECONDS
+
+names=()
+verdicts=()
+failed=0
+# step NAME TIMEOUT_S COMMAND...: runs it with its output in $out/NAME.log.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS rc=0
+  echo "gpu-check: $name ..."
+  # bash -c, so that the exported functions below can be steps too.
+  timeout "$limit" bash -c '"$@"' _ "$@" >"$out/$name.log" 2>&1 || rc=$?
+  local verdict="pass"
+  if [ "$rc" -eq 124 ]; then
+    verdict="FAIL (timed out after ${limit} s)"
+  elif [ "$rc" -ne 0 ]; then
+    verdict="FAIL (exit $rc)"
+  fi
+  [ "$verdict" = pass ] || failed=1
+  names+=("$name")
+  verdicts+=("$verdict, $((SECONDS - t0)) s")
+  echo "gpu-check: $name: $verdict ($((SECONDS - t0)) s, $out/$name.log)"
+  return "$rc"
+}
+
+# A CUDA test that skips on a machine with a device hides a failure.
+cuda_tests() {
+  local log rc=0
+  log=$(ctest --test-dir build -R cuda --output-on-failure -j 4 2>&1) || rc=$?
+  echo "$log"
+  [ "$rc" -eq 0 ] || return 1
+  if grep -q 'Skipped' <<<"$log" || ! grep -qE '[1-9][0-9]* tests passed|tests passed, 0 tests failed out of [1-9]' <<<"$log"; then
+    echo "gpu-check: CUDA tests were skipped, or none ran, on a machine with a device"
+    return 1
+  fi
+}
+
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+sanitize() {  # TOOL COMMAND...
+  local tool=$1
+  shift
+  local extra=()
+  [ "$tool" = memcheck ] && extra=(--leak-check full)
+  "$sanitizer" --tool "$tool" "${extra[@]}" --error-exitcode 1 "$@"
+}
+memcheck() {
+  sanitize memcheck build/tests/test_backend_ops --gtest_filter='*/cuda' &&
+    sanitize memcheck build/gradeq check --backend cuda --cases 3
+}
+
+selftest() {
+  build/gradeq selftest --backend cuda --out "$out/selftest" || return 1
+  grep -qE '^  caught +B19 ' "$out/selftest.log" || { echo "gpu-check: B19 is not in the kill matrix"; return 1; }
+}
+
+export out sanitizer
+export -f cuda_tests sanitize memcheck selftest
+
+step build 420 scripts/setup.sh || { tail -40 "$out/build.log"; exit 1; }
+if [ ! -x build/gradeq_bench_cuda ]; then
+  echo "gpu-check: the CUDA backend was not built (nvcc not found at configure time; see $out/build.log)"
+  exit 3
+fi
+if ! build/gradeq list backends | grep -qE '^  cuda +available'; then
+  echo "gpu-check: no CUDA device, nothing checked: $(build/gradeq list backends | sed -nE 's/^  cuda +unavailable +//p')"
+  exit 3
+fi
+device=$(build/gradeq list backends | sed -nE 's/^  cuda +available +//p')
+
+step tests 240 cuda_tests
+step memcheck 240 memcheck
+step racecheck 180 sanitize racecheck build/tests/test_backend_ops --gtest_filter='*/cuda'
+step selftest 300 selftest
+step report 240 build/gradeq report --backend cuda --out "$out/report"
+step bench 180 build/gradeq_bench_cuda --benchmark_min_time=0.2 --benchmark_out="$out/bench.json" \
+  --benchmark_out_format=json
+
+echo
+echo "gpu-check summary — $device, $((SECONDS - started)) s"
+for i in "${!names[@]}"; do printf '  %-10s %s\n' "${names[$i]}" "${verdicts[$i]}"; done
+echo "  tests:     $(grep -E 'tests passed|tests failed' "$out/tests.log" | tail -1)"
+for f in memcheck racecheck; do
+  echo "  $f: $(grep -h 'ERROR SUMMARY' "$out/$f.log" | sort | uniq -c | tr -s ' ' | paste -sd ';' -)"
+done
+echo "  selftest:  $(grep -E '^selftest:' "$out/selftest.log" | tail -1)"
+echo "             $(grep -E '^  caught +B19 ' "$out/selftest.log" || echo 'B19 not caught')"
+echo "  gate:      $(grep -E '^result:' "$out/report.log" | tail -1)"
+echo "  bench (fraction of ceiling):"
+grep -E '^BM_' "$out/bench.log" | grep -v '^BM_Ceiling' | awk '{print "    " $1 "  " $NF}'
+echo "  logs and reports: $out/"
+exit "$failed"
