@@ -4,9 +4,6 @@
 // (manual time), and each rate is reported as a fraction of a ceiling
 // measured in the same run: device-to-device cudaMemcpy for bandwidth, the
 // same cuBLAS GEMM with beta = 0 for the weight gradient.
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
-
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -15,6 +12,7 @@
 #include "bench/ceiling.h"
 #include "harness/tolerance.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
 #include "reference/layers.h"
 
 namespace {
@@ -26,19 +24,19 @@ using bench::random_values;
 template <class Op>
 void time_on_device(benchmark::State& state, Op&& op) {
   cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
+  GRADEQ_CUDA_CHECK(cudaEventCreate(&start));
+  GRADEQ_CUDA_CHECK(cudaEventCreate(&stop));
   for (auto _ : state) {
-    cudaEventRecord(start);
+    GRADEQ_CUDA_CHECK(cudaEventRecord(start));
     op();
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
+    GRADEQ_CUDA_CHECK(cudaEventRecord(stop));
+    GRADEQ_CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0.0f;
-    cudaEventElapsedTime(&ms, start, stop);
+    GRADEQ_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     state.SetIterationTime(static_cast<double>(ms) * 1e-3);
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  GRADEQ_CUDA_CHECK(cudaEventDestroy(start));
+  GRADEQ_CUDA_CHECK(cudaEventDestroy(stop));
 }
 
 Tensor upload(Backend& b, long rows, long cols, DType t, std::uint64_t seed) {
@@ -58,7 +56,9 @@ void BM_CeilingDeviceCopy(benchmark::State& state) {
   const long n = state.range(0);
   CudaBackend cuda;
   const Tensor a = cuda.allocate(1, n, DType::f32), b = cuda.allocate(1, n, DType::f32);
-  time_on_device(state, [&] { cudaMemcpy(b.data, a.data, static_cast<std::size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice); });
+  time_on_device(state, [&] {
+    GRADEQ_CUDA_CHECK(cudaMemcpy(b.data, a.data, static_cast<std::size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice));
+  });
   state.counters["bytes_per_s"] =
       benchmark::Counter(2.0 * static_cast<double>(n) * sizeof(float), benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -76,14 +76,15 @@ void BM_CeilingGemm(benchmark::State& state) {
   const Tensor x = upload(cuda, rows, in, t, 1), dy = upload(cuda, rows, out, t, 2);
   const Tensor dw = cuda.allocate(out, in, DType::f32);
   cublasHandle_t handle;
-  cublasCreate(&handle);
+  GRADEQ_CUBLAS_CHECK(cublasCreate(&handle));
   const float one = 1.0f, zero = 0.0f;
   time_on_device(state, [&] {
-    cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_T, static_cast<int>(in), static_cast<int>(out), static_cast<int>(rows),
-                 &one, x.data, cuda_type(t), static_cast<int>(in), dy.data, cuda_type(t), static_cast<int>(out), &zero,
-                 dw.data, CUDA_R_32F, static_cast<int>(in), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    GRADEQ_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_T, static_cast<int>(in), static_cast<int>(out),
+                                     static_cast<int>(rows), &one, x.data, cuda_type(t), static_cast<int>(in), dy.data,
+                                     cuda_type(t), static_cast<int>(out), &zero, dw.data, CUDA_R_32F,
+                                     static_cast<int>(in), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   });
-  cublasDestroy(handle);
+  GRADEQ_CUBLAS_CHECK(cublasDestroy(handle));
   state.counters["flops_per_s"] = benchmark::Counter(2.0 * static_cast<double>(rows * in * out),
                                                      benchmark::Counter::kIsIterationInvariantRate);
 }
