@@ -7,17 +7,40 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <string>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "harness/backends.h"
 #include "harness/tolerance.h"
 #include "reference/bounded.h"
 #include "reference/tensor.h"
 
 namespace gradeq::test {
+
+// The backend `name`, or why this build or machine cannot provide it.
+struct BackendOrReason {
+  std::unique_ptr<Backend> backend;
+  std::string reason;
+};
+
+inline BackendOrReason backend_or_reason(const std::string& name) {
+  try {
+    return {make_backend(name), ""};
+  } catch (const EnvironmentError& e) {
+    return {nullptr, e.what()};
+  }
+}
+
+// Declares `var` as the backend `name`, or skips the test saying why (for
+// cuda: "no CUDA device: ..."): a GPU test never passes silently.
+#define GRADEQ_BACKEND_OR_SKIP(var, name)                                   \
+  auto var##_or_reason = ::gradeq::test::backend_or_reason(name);           \
+  if (!var##_or_reason.backend) GTEST_SKIP() << var##_or_reason.reason;     \
+  std::unique_ptr<::gradeq::Backend> var = std::move(var##_or_reason.backend)
 
 using ref::Bounded;
 using ref::Matrix;

@@ -23,11 +23,9 @@ using ref::lift;
 class BackendOps : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    try {
-      backend = make_backend(GetParam());
-    } catch (const EnvironmentError& e) {
-      GTEST_SKIP() << e.what();
-    }
+    BackendOrReason b = backend_or_reason(GetParam());
+    if (!b.backend) GTEST_SKIP() << b.reason;
+    backend = std::move(b.backend);
   }
 
   std::unique_ptr<Backend> backend;

@@ -12,6 +12,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/mutants/mutants.h"
 #include "properties/properties.h"
+#include "support.h"
 
 namespace gradeq {
 namespace {
@@ -57,12 +58,7 @@ TEST(Mutants, EachFailsTheScenarioThatExercisesIt) {
 class RaceMutant : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(RaceMutant, DriftsRunToRunAndIsCaughtByDeterminism) {
-  std::unique_ptr<Backend> base;
-  try {
-    base = make_backend(GetParam());
-  } catch (const EnvironmentError& e) {
-    GTEST_SKIP() << e.what();
-  }
+  GRADEQ_BACKEND_OR_SKIP(base, GetParam());
   const std::vector<Mutant> all = mutants_for(*base);
   const auto b19 = std::find_if(all.begin(), all.end(), [](const Mutant& m) { return m.id == "B19"; });
   ASSERT_NE(b19, all.end());

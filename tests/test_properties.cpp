@@ -7,8 +7,8 @@
 // reproduce string printed by either works with both.
 #include <gtest/gtest.h>
 
-#include "harness/backends.h"
 #include "properties/property_runner.h"
+#include "support.h"
 
 namespace gradeq {
 namespace {
@@ -32,12 +32,7 @@ class PropertyTest : public ::testing::TestWithParam<PropertyOnBackend> {};
 
 TEST_P(PropertyTest, Holds) {
   const auto& [name, property] = GetParam();
-  std::unique_ptr<Backend> backend;
-  try {
-    backend = make_backend(name);
-  } catch (const EnvironmentError& e) {
-    GTEST_SKIP() << e.what();
-  }
+  GRADEQ_BACKEND_OR_SKIP(backend, name);
   PropertyContext ctx{backend.get(), correct_loop(), ErrorModel{}};
   PropertyRunConfig config;
   config.cases = 0;  // RapidCheck's default (100) or RC_PARAMS max_success
