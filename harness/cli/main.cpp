@@ -81,12 +81,12 @@ void print_summary(const CheckReport& r) {
         s.accumulation.status == Status::expected_divergence
             ? fmt::format("accumulation: expected divergence ({:.1e} x bound)", s.accumulation.worst_ratio)
             : fmt::format("accumulation err/bound {:.2e}", s.accumulation.worst_ratio);
-    std::cout << fmt::format("  {:4}  scenario {:28} {}  kernel {:.2e}  ({:.2f} s)\n", s.passed() ? "pass" : "FAIL",
+    std::cout << fmt::format("  {:4}  scenario {:30} {}  kernel {:.2e}  ({:.2f} s)\n", s.passed() ? "pass" : "FAIL",
                              s.spec.name, accumulation, s.kernel.worst_ratio, s.seconds);
     if (!s.passed()) std::cout << "        " << s.first_failure() << "\n";
   }
   for (const PropertyRun& p : r.properties) {
-    std::cout << fmt::format("  {:4}  property {:28} {} cases, worst err/bound {:.2e}, discarded {} vacuous + {} "
+    std::cout << fmt::format("  {:4}  property {:30} {} cases, worst err/bound {:.2e}, discarded {} vacuous + {} "
                              "ill-conditioned  ({:.2f} s)\n",
                              p.passed ? "pass" : "FAIL", p.name, p.cases, p.worst_ratio, p.discarded_vacuous,
                              p.discarded_ill_conditioned, p.seconds);
