@@ -25,6 +25,8 @@
 #include "harness/cli/gate.h"
 #include "harness/dump.h"
 #include "harness/suite.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/mutants/mutants.h"
 #include "reports/report.h"
 
 namespace {
@@ -248,6 +250,11 @@ int run_list(const std::string& what) {
     std::cout << "properties:\n";
     for (const Property& p : default_properties()) std::cout << fmt::format("  {:30} {}\n", p.name, p.description);
   }
+  if (what == "mutants" || what == "all") {
+    std::cout << "mutants (gradeq selftest; B19 takes its CUDA form on the cuda backend):\n";
+    CpuBackend host;
+    for (const Mutant& m : mutants_for(host)) std::cout << fmt::format("  {:4} {}  [{}]\n", m.id, m.bug, m.source);
+  }
   if (what == "backends" || what == "all") {
     std::cout << "backends:\n";
     for (const BackendInfo& b : list_backends())
@@ -295,9 +302,9 @@ int main(int argc, char** argv) {
   selftest->add_option("--out", selftest_args.out_dir, "Write selftest.json and selftest.md here");
 
   std::string list_what = "all";
-  CLI::App* list = app.add_subcommand("list", "List scenarios, properties and backends");
-  list->add_option("what", list_what, "scenarios, properties, backends or all")
-      ->check(CLI::IsMember({"scenarios", "properties", "backends", "all"}));
+  CLI::App* list = app.add_subcommand("list", "List scenarios, properties, mutants and backends");
+  list->add_option("what", list_what, "scenarios, properties, mutants, backends or all")
+      ->check(CLI::IsMember({"scenarios", "properties", "mutants", "backends", "all"}));
 
   try {
     app.parse(argc, argv);
