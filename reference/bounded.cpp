@@ -25,8 +25,8 @@ void count_overflow(bool possible, bool certain) {
 
 const RoundingModel& rounding_model() { return active_model ? *active_model : default_model(); }
 
-ScopedRoundingModel::ScopedRoundingModel(const RoundingModel& model) : previous_(active_model) {
-  active_model = &model;
+ScopedRoundingModel::ScopedRoundingModel(const RoundingModel& model) : model_(model), previous_(active_model) {
+  active_model = &model_;
 }
 ScopedRoundingModel::~ScopedRoundingModel() { active_model = previous_; }
 

@@ -100,6 +100,7 @@ struct RoundingModel {
 // that property runs on several threads do not interfere.
 const RoundingModel& rounding_model();
 
+// It holds its own copy of the model, so a temporary may be passed.
 class ScopedRoundingModel {
  public:
   explicit ScopedRoundingModel(const RoundingModel& model);
@@ -108,6 +109,7 @@ class ScopedRoundingModel {
   ScopedRoundingModel& operator=(const ScopedRoundingModel&) = delete;
 
  private:
+  const RoundingModel model_;
   const RoundingModel* previous_;
 };
 

@@ -14,9 +14,20 @@
 #   bench      the CUDA benchmarks, as fractions of ceilings measured in
 #              the same run
 # Prints a summary. Exit: 0 every step passed, 1 a step failed, 3 no CUDA
-# device or no nvcc (nothing was checked).
+# device or no nvcc (nothing was checked), 2 bad arguments.
+# Usage: scripts/gpu-check.sh [--no-build]
+#   --no-build  check the build already in build/ (configured with CUDA),
+#               e.g. on a machine without the Debian packages or apt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+build=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-build) build=0 ;;
+    -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu-check: unknown argument '$arg' (usage: scripts/gpu-check.sh [--no-build])" >&2; exit 2 ;;
+  esac
+done
 out=gpu-check
 rm -rf "$out"
 mkdir -p "$out"
@@ -49,7 +60,7 @@ step() {
 # A CUDA test that skips on a machine with a device hides a failure.
 cuda_tests() {
   local log rc=0
-  log=$(ctest --test-dir build -R cuda --output-on-failure -j 4 2>&1) || rc=$?
+  log=$(ctest --test-dir build -R cuda --output-on-failure -j 8 2>&1) || rc=$?
   echo "$log"
   [ "$rc" -eq 0 ] || return 1
   if grep -q 'Skipped' <<<"$log" || ! grep -qE '[1-9][0-9]* tests passed|tests passed, 0 tests failed out of [1-9]' <<<"$log"; then
@@ -79,7 +90,9 @@ selftest() {
 export out sanitizer
 export -f cuda_tests sanitize memcheck selftest
 
-step build 420 scripts/setup.sh || { tail -40 "$out/build.log"; exit 1; }
+if [ "$build" -eq 1 ]; then
+  step build 420 scripts/setup.sh || { tail -40 "$out/build.log"; exit 1; }
+fi
 if [ ! -x build/gradeq_bench_cuda ]; then
   echo "gpu-check: the CUDA backend was not built (nvcc not found at configure time; see $out/build.log)"
   exit 3
@@ -90,11 +103,12 @@ if ! build/gradeq list backends | grep -qE '^  cuda +available'; then
 fi
 device=$(build/gradeq list backends | sed -nE 's/^  cuda +available +//p')
 
+# Correctness first, then the sanitizers, then speed.
 step tests 240 cuda_tests
+step report 120 build/gradeq report --backend cuda --out "$out/report"
+step selftest 240 selftest
 step memcheck 240 memcheck
 step racecheck 180 sanitize racecheck build/tests/test_backend_ops --gtest_filter='*/cuda'
-step selftest 300 selftest
-step report 240 build/gradeq report --backend cuda --out "$out/report"
 step bench 180 build/gradeq_bench_cuda --benchmark_min_time=0.2 --benchmark_out="$out/bench.json" \
   --benchmark_out_format=json
 

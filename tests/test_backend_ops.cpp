@@ -331,6 +331,35 @@ TEST_P(BackendOps, HalfPrecisionInputsIntoFloat32Buffers) {
   }
 }
 
+// The weight gradient from inputs of every compute dtype into a buffer of
+// every dtype, beta = 1: cuBLAS takes some pairs directly (bf16 into bf16 or
+// float32) and not others (float32 into bf16, bf16 into float16), which go
+// through float32 scratch; all must match the reference, which rounds the
+// sum once into the buffer's dtype (deterministic reduction bounds).
+TEST_P(BackendOps, WeightGradientFromEveryComputeDtypeIntoEveryBuffer) {
+  for (DType compute : {DType::f32, DType::bf16, DType::f16}) {
+    for (DType buffer : {DType::f32, DType::bf16, DType::f16}) {
+      SCOPED_TRACE(std::string(dtype_name(compute)) + " into " + std::string(dtype_name(buffer)));
+      const ref::ScopedRoundingModel scope(
+          rounding_model_for({compute, buffer}, ErrorModel{ref::ReductionBound::deterministic, 6.0}));
+      auto rounded = [&](Matrix<double> m, DType t) {
+        for (long i = 0; i < m.size(); ++i) m.data()[i] = round_to(static_cast<float>(m.data()[i]), t);
+        return m;
+      };
+      const auto x = rounded(random_matrix(rng, 33, 5), compute), dy = rounded(random_matrix(rng, 33, 4), compute);
+      const auto dw0 = rounded(random_matrix(rng, 4, 5), buffer), db0 = rounded(random_matrix(rng, 1, 4), buffer);
+      Tensor tx = put(x, compute), tdy = put(dy, compute), tdw = put(dw0, buffer), tdb = put(db0, buffer);
+      backend->linear_backward_weight(tdy, tx, tdw, tdb);
+      const auto g = ref::linear_backward(lift<Bounded>(x), ref::zeros<Bounded>(4, 5), lift<Bounded>(dy));
+      const auto stored = [](const Matrix<Bounded>& m) {
+        return Matrix<Bounded>(m.unaryExpr([](const Bounded& v) { return ref::store(v, ref::Storage::accumulate); }));
+      };
+      expect_within_bound(tdw, stored(lift<Bounded>(dw0) + g.dw), "dw += dy^T x");
+      expect_within_bound(tdb, stored(lift<Bounded>(db0) + g.db), "db += sum dy");
+    }
+  }
+}
+
 // Deterministic mode: the bias gradient of a tall batch, twice from the
 // same buffer, is bitwise identical; with the mode off it may differ in
 // the last bits but stays within the same bound.

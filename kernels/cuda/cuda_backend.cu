@@ -430,8 +430,10 @@ __global__ void optimizer_kernel(OptimizerStep st, float* p, const void* g, DTyp
 
 struct CudaBackend::Impl {
   cublasHandle_t cublas = nullptr;
-  std::vector<float*> scratch{nullptr, nullptr};
-  std::vector<long> scratch_size{0, 0};
+  // Slots: 0 GEMM results and row losses, 1 upload/download staging,
+  // 2 and 3 GEMM operands widened to float32.
+  std::vector<float*> scratch{nullptr, nullptr, nullptr, nullptr};
+  std::vector<long> scratch_size{0, 0, 0, 0};
   Chunk* chunks = nullptr;
   long chunk_capacity = 0;
   float* partials = nullptr;
@@ -556,6 +558,23 @@ void CudaBackend::convert(const Tensor& src, const Tensor& dst) {
   GRADEQ_LAUNCH_CHECK();
 }
 
+// cublasGemmEx with float32 compute multiplies A and B of one type into C of
+// that type or float32 (f32·f32→f32, bf16·bf16→bf16|f32, f16·f16→f16|f32).
+// A pair of different types is multiplied as float32: the 16-bit operand is
+// widened exactly into a scratch slot.
+CudaBackend::GemmOperands CudaBackend::gemm_operands(const Tensor& a, const Tensor& b) {
+  auto widened = [&](const Tensor& t, int slot) -> std::pair<const void*, DType> {
+    if (a.dtype == b.dtype || t.dtype == DType::f32) return {t.data, t.dtype};
+    float* w = scratch(t.size(), slot);
+    convert_kernel<<<blocks_for(t.size()), kThreads>>>(t.data, t.dtype, w, DType::f32, t.size());
+    GRADEQ_LAUNCH_CHECK();
+    return {w, DType::f32};
+  };
+  const auto [a_data, a_type] = widened(a, 2);
+  const auto [b_data, b_type] = widened(b, 3);
+  return {a_data, a_type, b_data, b_type};
+}
+
 // Row-major Y[rows, out] = X W^T is column-major Y^T = W X^T: A = W seen as
 // [in, out] (transposed), B = X seen as [in, rows].
 void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) {
@@ -564,11 +583,12 @@ void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor&
   require_shape(b, 1, out, "linear_forward bias");
   require_shape(y, rows, out, "linear_forward output");
   if (y.empty()) return;
+  const GemmOperands op = gemm_operands(w, x);
   float* acc = scratch(rows * out);
   const float one = 1.0f, zero = 0.0f;
   GRADEQ_CUBLAS_CHECK(cublasGemmEx(impl_->cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(out),
-                                   static_cast<int>(rows), static_cast<int>(in), &one, w.data, cuda_type(w.dtype),
-                                   static_cast<int>(in), x.data, cuda_type(x.dtype), static_cast<int>(in), &zero, acc,
+                                   static_cast<int>(rows), static_cast<int>(in), &one, op.a, cuda_type(op.a_type),
+                                   static_cast<int>(in), op.b, cuda_type(op.b_type), static_cast<int>(in), &zero, acc,
                                    CUDA_R_32F, static_cast<int>(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   bias_epilogue<<<blocks_for(rows * out), kThreads>>>(acc, b.data, b.dtype, y.data, y.dtype, rows, out);
   GRADEQ_LAUNCH_CHECK();
@@ -580,30 +600,42 @@ void CudaBackend::linear_backward_data(const Tensor& dy, const Tensor& w, const 
   require_shape(dy, rows, out, "linear_backward_data dy");
   require_shape(dx, rows, in, "linear_backward_data dx");
   if (dx.empty()) return;
+  const GemmOperands op = gemm_operands(w, dy);
   float* acc = scratch(rows * in);
   const float one = 1.0f, zero = 0.0f;
   GRADEQ_CUBLAS_CHECK(cublasGemmEx(impl_->cublas, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(in),
-                                   static_cast<int>(rows), static_cast<int>(out), &one, w.data, cuda_type(w.dtype),
-                                   static_cast<int>(in), dy.data, cuda_type(dy.dtype), static_cast<int>(out), &zero,
-                                   acc, CUDA_R_32F, static_cast<int>(in), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                   static_cast<int>(rows), static_cast<int>(out), &one, op.a, cuda_type(op.a_type),
+                                   static_cast<int>(in), op.b, cuda_type(op.b_type), static_cast<int>(out), &zero, acc,
+                                   CUDA_R_32F, static_cast<int>(in), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   bias_epilogue<<<blocks_for(rows * in), kThreads>>>(acc, nullptr, DType::f32, dx.data, dx.dtype, rows, in);
   GRADEQ_LAUNCH_CHECK();
 }
 
 // dW[out, in] += dY^T X with beta = 1, straight into the gradient buffer:
 // column-major dW^T = X^T dY, A = X as [in, rows], B = dY as [out, rows] transposed.
+// Where cuBLAS has no such type combination (float32 inputs into a 16-bit
+// buffer, bf16 into f16), the product goes to float32 scratch and is added
+// by the accumulate kernel: the same roundings (float32 sum, then one store
+// in the buffer's dtype), as the host backend does.
 void CudaBackend::linear_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) {
   const long rows = x.rows, in = x.cols, out = dy.cols;
   require_shape(dy, rows, out, "linear_backward_weight dy");
   require_shape(dw, out, in, "linear_backward_weight dw");
   require_shape(db, 1, out, "linear_backward_weight db");
   if (rows == 0) return;
-  const float one = 1.0f;
+  const GemmOperands op = gemm_operands(x, dy);
+  const bool direct = op.a_type == op.b_type && (dw.dtype == DType::f32 || dw.dtype == op.a_type);
+  const Tensor product{direct ? dw.data : scratch(out * in), out, in, direct ? dw.dtype : DType::f32};
+  const float one = 1.0f, zero = 0.0f;
   GRADEQ_CUBLAS_CHECK(cublasGemmEx(impl_->cublas, CUBLAS_OP_N, CUBLAS_OP_T, static_cast<int>(in),
-                                   static_cast<int>(out), static_cast<int>(rows), &one, x.data, cuda_type(x.dtype),
-                                   static_cast<int>(in), dy.data, cuda_type(dy.dtype), static_cast<int>(out), &one,
-                                   dw.data, cuda_type(dw.dtype), static_cast<int>(in), CUBLAS_COMPUTE_32F,
+                                   static_cast<int>(out), static_cast<int>(rows), &one, op.a, cuda_type(op.a_type),
+                                   static_cast<int>(in), op.b, cuda_type(op.b_type), static_cast<int>(out), direct ? &one : &zero,
+                                   product.data, cuda_type(product.dtype), static_cast<int>(in), CUBLAS_COMPUTE_32F,
                                    CUBLAS_GEMM_DEFAULT));
+  if (!direct) {
+    const Tensor dst[] = {dw}, src[] = {product};
+    accumulate(dst, src, {});
+  }
   bias_gradient(dy, db);
 }
 

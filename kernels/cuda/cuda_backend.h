@@ -83,6 +83,14 @@ class CudaBackend : public Backend {
   float* scratch(long count, int slot = 0);
 
  private:
+  // A and B of one GEMM as cublasGemmEx takes them: one type for both.
+  struct GemmOperands {
+    const void* a;
+    DType a_type;
+    const void* b;
+    DType b_type;
+  };
+  GemmOperands gemm_operands(const Tensor& a, const Tensor& b);
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::map<const void*, std::size_t> allocations_;
