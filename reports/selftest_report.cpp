@@ -56,11 +56,13 @@ nlohmann::json selftest_json(const SelfTestReport& r) {
       cm.push_back({{"id", m.id},
                     {"cases", m.cases},
                     {"detected", m.detected},
+                    {"marginal", m.marginal},
                     {"smallest_detecting_ratio", finite_or_string(m.smallest_detecting_ratio)},
                     {"smallest_case", m.smallest_case},
                     {"separation", finite_or_string(m.separation)},
                     {"float32_cases", m.float32_cases},
                     {"float32_detected", m.float32_detected},
+                    {"float32_marginal", m.float32_marginal},
                     {"float32_smallest_detecting_ratio", finite_or_string(m.float32_smallest_ratio)},
                     {"float32_smallest_case", m.float32_smallest_case},
                     {"float32_separation", finite_or_string(m.float32_separation)}});
@@ -71,6 +73,8 @@ nlohmann::json selftest_json(const SelfTestReport& r) {
                        {"false_alarm_cases", c.false_alarm_cases},
                        {"discarded", c.discarded},
                        {"worst_ratio", c.worst_ratio},
+                       {"calibrated", c.calibrated()},
+                       {"separation_goal", kSeparationGoal},
                        {"worst_case", c.worst_case},
                        {"worst_property", c.worst_property},
                        {"histogram_edges", edges},
@@ -153,7 +157,8 @@ std::string selftest_markdown(const SelfTestReport& r) {
     md << "\n## Calibration campaign\n\n";
     md << c.cases << " random cases on correct code (round-robin over the properties above), " << c.discarded
        << " discarded as vacuous or ill-conditioned, **" << c.false_alarms << " false alarms**; worst error/bound "
-       << fmt::format("{:.3g}", c.worst_ratio) << " (" << c.worst_property << ": `" << c.worst_case << "`); "
+       << fmt::format("{:.6f}", c.worst_ratio) << " (" << c.worst_property << ": `" << c.worst_case << "`), "
+       << (c.calibrated() ? "within" : "**above**") << " the error model's 1/F = 0.5; "
        << fmt::format("{:.0f}", c.seconds) << " s.\n\n";
     md << "Histogram of error/bound for correct code:\n\n| error/bound | cases |\n|---|---|\n";
     for (std::size_t b = 0; b < c.histogram.size(); ++b)
@@ -163,14 +168,16 @@ std::string selftest_markdown(const SelfTestReport& r) {
     md << "\nMutants on the first cases of the same stream: the smallest error/bound among the cases that detected "
           "each, and the separation = that ÷ the worst error/bound of correct code; first over the cases that "
           "compute and accumulate in float32, then over all (with bfloat16 / float16 the legitimate error of "
-          "correct code is itself the size of small bugs, so detections there can sit just above 1).\n\n";
-    md << "| mutant | float32 cases: detected | smallest detecting error/bound | separation | all cases: detected | "
-          "smallest | separation |\n|---|---|---|---|---|---|---|\n";
+          "correct code is itself the size of small bugs, so detections there can sit just above 1). Marginal: "
+          "detections whose separation is below "
+       << fmt::format("{:g}", kSeparationGoal) << ".\n\n";
+    md << "| mutant | float32 cases: detected | marginal | smallest detecting error/bound | separation | all cases: "
+          "detected | marginal | smallest | separation |\n|---|---|---|---|---|---|---|---|---|\n";
     for (const CampaignMutant& m : c.mutants)
-      md << "| " << m.id << " | " << m.float32_detected << "/" << m.float32_cases << " | "
-         << (m.float32_detected ? ratio_text(m.float32_smallest_ratio) : "—") << " | "
+      md << "| " << m.id << " | " << m.float32_detected << "/" << m.float32_cases << " | " << m.float32_marginal
+         << " | " << (m.float32_detected ? ratio_text(m.float32_smallest_ratio) : "—") << " | "
          << (m.float32_detected ? ratio_text(m.float32_separation) : "—") << " | " << m.detected << "/" << m.cases
-         << " | " << (m.detected ? ratio_text(m.smallest_detecting_ratio) : "—") << " | "
+         << " | " << m.marginal << " | " << (m.detected ? ratio_text(m.smallest_detecting_ratio) : "—") << " | "
          << (m.detected ? ratio_text(m.separation) : "—") << " |\n";
     if (!c.false_alarm_cases.empty()) {
       md << "\nFalse alarms:\n\n";

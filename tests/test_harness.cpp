@@ -9,6 +9,7 @@
 #include "harness/dump.h"
 #include "harness/equivalence.h"
 #include "harness/cli/gate.h"
+#include "harness/cli/selftest.h"
 #include "harness/suite.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "support.h"
@@ -178,6 +179,24 @@ TEST(Gate, PassesOnCorrectCodeAndFailsWhenOneOverNIsForgotten) {
   for (const PropertyRun& p : bad.properties)
     if (p.name == "AccumulationEquivalence") accumulation_property_failed = !p.passed && !p.counterexample.empty();
   EXPECT_TRUE(accumulation_property_failed) << "the property fails with a shrunk counterexample";
+}
+
+// The campaign holds correct code to the error model's claim, not merely to
+// "no false alarm": above 1/F of a bound the model is wrong even if no
+// case failed.
+TEST(SelfTest, CampaignFailsAboveHalfTheBound) {
+  SelfTestReport r;
+  r.campaign = Campaign{};
+  r.campaign->cases = 1;
+  r.campaign->worst_ratio = 0.5;
+  EXPECT_TRUE(r.campaign->calibrated());
+  EXPECT_TRUE(r.passed());
+  r.campaign->worst_ratio = std::nextafter(0.5, 1.0);
+  EXPECT_FALSE(r.campaign->calibrated());
+  EXPECT_FALSE(r.passed());
+  r.campaign->worst_ratio = 0.1;
+  r.campaign->false_alarms = 1;
+  EXPECT_FALSE(r.passed());
 }
 
 TEST(Dump, WritesNpyFilesAndAManifest) {

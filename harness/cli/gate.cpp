@@ -76,7 +76,15 @@ CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFac
   const std::size_t total = scenarios.size() + properties.size();
   std::size_t done = 0;
   auto announce = [&](const std::string& what) {
-    if (progress) progress("[" + std::to_string(++done) + "/" + std::to_string(total) + "] " + what);
+    if (!progress) return;
+    // Appended piecewise: "[" + std::string&& trips a false -Wrestrict in g++ 12.
+    std::string line = "[";
+    line += std::to_string(++done);
+    line += '/';
+    line += std::to_string(total);
+    line += "] ";
+    line += what;
+    progress(line);
   };
   for (std::size_t i = 0; i < scenarios.size(); ++i) {
     ScenarioSpec s = scenarios[i];

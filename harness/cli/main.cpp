@@ -219,16 +219,21 @@ int run_selftest_command(const SelfTestArgs& a) {
   }
   for (const B16Threshold& t : report.b16)
     std::cout << fmt::format("  B16 with {} compute: caught from N = {}\n", dtype_name(t.compute),
-                             t.first_caught < 0 ? std::string("never (up to 256)") : std::to_string(t.first_caught));
+                             t.first_caught < 0 ? "never (up to " + std::to_string(t.points.back().micro_batches) + ")"
+                                                : std::to_string(t.first_caught));
   if (report.campaign) {
     const Campaign& c = *report.campaign;
-    std::cout << fmt::format("  campaign: {} cases, {} false alarms, {} discarded, worst err/bound {:.3f}\n", c.cases,
-                             c.false_alarms, c.discarded, c.worst_ratio);
-    std::cout << "    mutant  float32: detected  smallest err/bound  separation | all: detected  smallest  separation\n";
+    std::cout << fmt::format("  campaign: {} cases, {} false alarms, {} discarded, worst err/bound {:.6f} ({})\n",
+                             c.cases, c.false_alarms, c.discarded, c.worst_ratio,
+                             c.calibrated() ? "within 1/F = 0.5" : "ABOVE 1/F = 0.5: the error model is violated");
+    std::cout << fmt::format("    mutant  float32: detected (marginal)  smallest  separation | all: detected (marginal)"
+                             "  smallest  separation   [marginal: separation < {:g}]\n",
+                             kSeparationGoal);
     for (const CampaignMutant& m : c.mutants)
-      std::cout << fmt::format("    {:4}    {:7}/{:<7} {:14.3g} {:11.3g} | {:7}/{:<7} {:9.3g} {:9.3g}\n", m.id,
-                               m.float32_detected, m.float32_cases, m.float32_smallest_ratio, m.float32_separation,
-                               m.detected, m.cases, m.smallest_detecting_ratio, m.separation);
+      std::cout << fmt::format("    {:4}   {:7}/{:<7} ({:6}) {:9.3g} {:11.3g} | {:7}/{:<7} ({:6}) {:9.3g} {:11.3g}\n", m.id,
+                               m.float32_detected, m.float32_cases, m.float32_marginal, m.float32_smallest_ratio,
+                               m.float32_separation, m.detected, m.cases, m.marginal, m.smallest_detecting_ratio,
+                               m.separation);
   }
   std::cout << fmt::format("selftest: {} ({} mutants, {} survived) in {:.1f} s\n", report.passed() ? "PASS" : "FAIL",
                            report.mutants.size(), report.survivors().size(), report.seconds);

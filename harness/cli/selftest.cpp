@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "harness/tolerance.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/mutants/mutants.h"
 #include "properties/generators.h"
@@ -154,6 +155,8 @@ Campaign run_campaign(const SelfTestOptions& o, Backend& base, const ProgressSin
       cm.float32_cases += float32;
       if (e.holds) return;
       ++cm.detected;
+      const bool marginal = e.worst_ratio < kSeparationGoal * c.worst_ratio;
+      cm.marginal += marginal;
       const std::string description = cases[i].property->name + ": " + describe_scenario(cases[i].spec);
       if (e.worst_ratio < cm.smallest_detecting_ratio) {
         cm.smallest_detecting_ratio = e.worst_ratio;
@@ -161,6 +164,7 @@ Campaign run_campaign(const SelfTestOptions& o, Backend& base, const ProgressSin
       }
       if (!float32) return;
       ++cm.float32_detected;
+      cm.float32_marginal += marginal;
       if (e.worst_ratio < cm.float32_smallest_ratio) {
         cm.float32_smallest_ratio = e.worst_ratio;
         cm.float32_smallest_case = description;
@@ -183,10 +187,12 @@ std::vector<std::string> SelfTestReport::survivors() const {
   return out;
 }
 
+bool Campaign::calibrated() const { return worst_ratio <= 1.0 / kFormulationFactor; }
+
 bool SelfTestReport::passed() const {
   for (const PropertyRun& p : correct)
     if (!p.passed) return false;
-  if (campaign && campaign->false_alarms > 0) return false;
+  if (campaign && (campaign->false_alarms > 0 || !campaign->calibrated())) return false;
   return survivors().empty();
 }
 

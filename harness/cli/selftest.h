@@ -57,13 +57,17 @@ struct B16Threshold {
 // computing and accumulating in float32 (where correct code's error is
 // float32 rounding; with bfloat16 / float16 it legitimately reaches the
 // size of small bugs, and detections there can be arbitrarily close to 1).
+// A detection is marginal when its error/bound is less than
+// kSeparationGoal x the worst error/bound of correct code.
+inline constexpr double kSeparationGoal = 10.0;
+
 struct CampaignMutant {
   std::string id;
-  long cases = 0, detected = 0;
+  long cases = 0, detected = 0, marginal = 0;
   double smallest_detecting_ratio = HUGE_VAL;
   std::string smallest_case;
   double separation = 0.0;  // smallest_detecting_ratio / worst correct ratio
-  long float32_cases = 0, float32_detected = 0;
+  long float32_cases = 0, float32_detected = 0, float32_marginal = 0;
   double float32_smallest_ratio = HUGE_VAL;
   std::string float32_smallest_case;
   double float32_separation = 0.0;
@@ -78,6 +82,10 @@ struct Campaign {
   std::vector<long> histogram;    // counts in [edge_i, edge_i+1)
   std::vector<CampaignMutant> mutants;
   double seconds = 0.0;
+
+  // The error model's claim: a correct kernel uses at most 1 / F of a
+  // verdict's bound (F, the formulation factor, NUMERICS §4).
+  bool calibrated() const;
 };
 
 struct SelfTestReport {
@@ -92,7 +100,7 @@ struct SelfTestReport {
   double seconds = 0.0;
 
   std::vector<std::string> survivors() const;
-  bool passed() const;  // correct code passes, no mutant survives, no false alarm
+  bool passed() const;  // correct code passes, no mutant survives; campaign: no false alarm, calibrated
 };
 
 using ProgressSink = std::function<void(const std::string&)>;
