@@ -560,19 +560,31 @@ void CudaBackend::convert(const Tensor& src, const Tensor& dst) {
 
 // cublasGemmEx with float32 compute multiplies A and B of one type into C of
 // that type or float32 (f32·f32→f32, bf16·bf16→bf16|f32, f16·f16→f16|f32).
-// A pair of different types is multiplied as float32: the 16-bit operand is
-// widened exactly into a scratch slot.
-CudaBackend::GemmOperands CudaBackend::gemm_operands(const Tensor& a, const Tensor& b) {
-  auto widened = [&](const Tensor& t, int slot) -> std::pair<const void*, DType> {
+namespace {
+bool gemm_writes(DType ab, DType c) { return c == DType::f32 || c == ab; }
+}  // namespace
+
+// Column-major C[m, n] = op(A) op(B) + beta C (ldc = m), float32 compute.
+// A pair of different input types is multiplied as float32, the 16-bit one
+// widened exactly into a scratch slot; C must be a type cuBLAS writes.
+void CudaBackend::gemm(bool transpose_a, bool transpose_b, long m, long n, long k, const Tensor& a, long lda,
+                       const Tensor& b, long ldb, float beta, const Tensor& c) {
+  auto operand = [&](const Tensor& t, int slot) -> std::pair<const void*, DType> {
     if (a.dtype == b.dtype || t.dtype == DType::f32) return {t.data, t.dtype};
-    float* w = scratch(t.size(), slot);
-    convert_kernel<<<blocks_for(t.size()), kThreads>>>(t.data, t.dtype, w, DType::f32, t.size());
+    float* wide = scratch(t.size(), slot);
+    convert_kernel<<<blocks_for(t.size()), kThreads>>>(t.data, t.dtype, wide, DType::f32, t.size());
     GRADEQ_LAUNCH_CHECK();
-    return {w, DType::f32};
+    return {wide, DType::f32};
   };
-  const auto [a_data, a_type] = widened(a, 2);
-  const auto [b_data, b_type] = widened(b, 3);
-  return {a_data, a_type, b_data, b_type};
+  const auto [a_data, a_type] = operand(a, 2);
+  const auto [b_data, b_type] = operand(b, 3);
+  GRADEQ_REQUIRE(gemm_writes(a_type, c.dtype), "gemm: no cuBLAS kernel writes this output dtype");
+  const float one = 1.0f;
+  GRADEQ_CUBLAS_CHECK(cublasGemmEx(impl_->cublas, transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                   transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(m), static_cast<int>(n),
+                                   static_cast<int>(k), &one, a_data, cuda_type(a_type), static_cast<int>(lda), b_data,
+                                   cuda_type(b_type), static_cast<int>(ldb), &beta, c.data, cuda_type(c.dtype),
+                                   static_cast<int>(m), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 // Row-major Y[rows, out] = X W^T is column-major Y^T = W X^T: A = W seen as
@@ -583,14 +595,10 @@ void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor&
   require_shape(b, 1, out, "linear_forward bias");
   require_shape(y, rows, out, "linear_forward output");
   if (y.empty()) return;
-  const GemmOperands op = gemm_operands(w, x);
-  float* acc = scratch(rows * out);
-  const float one = 1.0f, zero = 0.0f;
-  GRADEQ_CUBLAS_CHECK(cublasGemmEx(impl_->cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(out),
-                                   static_cast<int>(rows), static_cast<int>(in), &one, op.a, cuda_type(op.a_type),
-                                   static_cast<int>(in), op.b, cuda_type(op.b_type), static_cast<int>(in), &zero, acc,
-                                   CUDA_R_32F, static_cast<int>(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  bias_epilogue<<<blocks_for(rows * out), kThreads>>>(acc, b.data, b.dtype, y.data, y.dtype, rows, out);
+  const Tensor acc{scratch(rows * out), rows, out, DType::f32};
+  gemm(true, false, out, rows, in, w, in, x, in, 0.0f, acc);
+  bias_epilogue<<<blocks_for(rows * out), kThreads>>>(static_cast<const float*>(acc.data), b.data, b.dtype, y.data,
+                                                      y.dtype, rows, out);
   GRADEQ_LAUNCH_CHECK();
 }
 
@@ -600,14 +608,10 @@ void CudaBackend::linear_backward_data(const Tensor& dy, const Tensor& w, const 
   require_shape(dy, rows, out, "linear_backward_data dy");
   require_shape(dx, rows, in, "linear_backward_data dx");
   if (dx.empty()) return;
-  const GemmOperands op = gemm_operands(w, dy);
-  float* acc = scratch(rows * in);
-  const float one = 1.0f, zero = 0.0f;
-  GRADEQ_CUBLAS_CHECK(cublasGemmEx(impl_->cublas, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(in),
-                                   static_cast<int>(rows), static_cast<int>(out), &one, op.a, cuda_type(op.a_type),
-                                   static_cast<int>(in), op.b, cuda_type(op.b_type), static_cast<int>(out), &zero, acc,
-                                   CUDA_R_32F, static_cast<int>(in), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  bias_epilogue<<<blocks_for(rows * in), kThreads>>>(acc, nullptr, DType::f32, dx.data, dx.dtype, rows, in);
+  const Tensor acc{scratch(rows * in), rows, in, DType::f32};
+  gemm(false, false, in, rows, out, w, in, dy, out, 0.0f, acc);
+  bias_epilogue<<<blocks_for(rows * in), kThreads>>>(static_cast<const float*>(acc.data), nullptr, DType::f32,
+                                                     dx.data, dx.dtype, rows, in);
   GRADEQ_LAUNCH_CHECK();
 }
 
@@ -623,16 +627,12 @@ void CudaBackend::linear_backward_weight(const Tensor& dy, const Tensor& x, cons
   require_shape(dw, out, in, "linear_backward_weight dw");
   require_shape(db, 1, out, "linear_backward_weight db");
   if (rows == 0) return;
-  const GemmOperands op = gemm_operands(x, dy);
-  const bool direct = op.a_type == op.b_type && (dw.dtype == DType::f32 || dw.dtype == op.a_type);
-  const Tensor product{direct ? dw.data : scratch(out * in), out, in, direct ? dw.dtype : DType::f32};
-  const float one = 1.0f, zero = 0.0f;
-  GRADEQ_CUBLAS_CHECK(cublasGemmEx(impl_->cublas, CUBLAS_OP_N, CUBLAS_OP_T, static_cast<int>(in),
-                                   static_cast<int>(out), static_cast<int>(rows), &one, op.a, cuda_type(op.a_type),
-                                   static_cast<int>(in), op.b, cuda_type(op.b_type), static_cast<int>(out), direct ? &one : &zero,
-                                   product.data, cuda_type(product.dtype), static_cast<int>(in), CUBLAS_COMPUTE_32F,
-                                   CUBLAS_GEMM_DEFAULT));
-  if (!direct) {
+  const DType inputs = x.dtype == dy.dtype ? x.dtype : DType::f32;
+  if (gemm_writes(inputs, dw.dtype)) {
+    gemm(false, true, in, out, rows, x, in, dy, out, 1.0f, dw);
+  } else {
+    const Tensor product{scratch(out * in), out, in, DType::f32};
+    gemm(false, true, in, out, rows, x, in, dy, out, 0.0f, product);
     const Tensor dst[] = {dw}, src[] = {product};
     accumulate(dst, src, {});
   }

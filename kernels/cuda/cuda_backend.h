@@ -83,14 +83,10 @@ class CudaBackend : public Backend {
   float* scratch(long count, int slot = 0);
 
  private:
-  // A and B of one GEMM as cublasGemmEx takes them: one type for both.
-  struct GemmOperands {
-    const void* a;
-    DType a_type;
-    const void* b;
-    DType b_type;
-  };
-  GemmOperands gemm_operands(const Tensor& a, const Tensor& b);
+  // Column-major C[m, n] = op(A) op(B) + beta C through cublasGemmEx.
+  void gemm(bool transpose_a, bool transpose_b, long m, long n, long k, const Tensor& a, long lda, const Tensor& b,
+            long ldb, float beta, const Tensor& c);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::map<const void*, std::size_t> allocations_;
