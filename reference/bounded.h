@@ -588,10 +588,16 @@ Bounded reduce_sum(long n, F&& term, const Bounded& /*tag*/) {
   return Bounded::with_error(v, detail::unless_overflow(kernel_magnitude, e), r);
 }
 
-// Kahan-compensated sum of n terms into a buffer stored in `where`:
-// |error| <= (2u + 4 n u^2) sum |t_i| (Knuth; Higham, Accuracy and
-// Stability, 2nd ed., (4.10)), u the buffer's unit roundoff (float32
-// arithmetic when the buffer is float32). Terms arrive in order 0..n-1.
+// Kahan-compensated sum of n terms into a buffer stored in `where`, by
+// element::kahan_add: y = fl(t_k - c), s' = fl(s + y), c' = fl(fl(s' - s) - y),
+// every result rounded to the buffer's format (u; float32 arithmetic first
+// for a 16-bit buffer, so u = u_buffer + u_32 (1 + u_buffer)), the buffer's
+// s returned. With A = sum |t_i|:
+//   |error| <= kappa A,  kappa = (3u + 8 n u^2) / (1 - u - 6 n u^2).
+// The textbook (2u + O(nu^2)) A (Knuth; Higham (4.10)) does not hold here:
+// the terms are float32 values, not values of the buffer's format, and the
+// rounding of y is then not recovered; bfloat16 reaches 2.76 u at n = 4.
+// Derivation in docs/NUMERICS.md §3. Terms arrive in order 0..n-1.
 template <class F>
 double compensated_sum(long n, F&& term, Storage, double /*tag*/) {
   double s = 0.0;
@@ -613,9 +619,13 @@ Bounded compensated_sum(long n, F&& term, Storage where, const Bounded& /*tag*/)
   }
   const RoundingModel& m = rounding_model();
   const StorageFormat& f = m.format(where);
-  const double u = std::max(f.unit_roundoff, m.arithmetic_u);
+  const double u = f.unit_roundoff + m.arithmetic_u * (1.0 + f.unit_roundoff);
   const double nd = static_cast<double>(n);
-  const double kahan = (2.0 * u + 4.0 * nd * u * u) * kernel_magnitude + f.underflow_floor * nd;
+  const double denominator = 1.0 - u - 6.0 * nd * u * u;
+  // Four rounded operations per term, each may underflow.
+  const double kahan = denominator > 0.0 ? (3.0 * u + 8.0 * nd * u * u) / denominator * kernel_magnitude +
+                                               4.0 * nd * (f.underflow_floor + m.arithmetic_floor)
+                                         : kInf;
   KernelError e = errors.with_rounding(n, 0.0, 0.0, kahan);
   e.scale += kahan;
   r += reference_gamma(n) * magnitude;

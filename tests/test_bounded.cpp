@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "harness/tolerance.h"
+#include "kernels/element_math.h"
 #include "reference/bounded.h"
 #include "reference/layers.h"
 
@@ -106,6 +108,49 @@ TEST(Bounded, StorageRoundingFollowsTheModel) {
   const Bounded third = store(Bounded(1.0) / Bounded(3.0), Storage::compute);
   EXPECT_GT(third.kernel, 0x1p-8 / 3.0);
   EXPECT_LE(std::abs(static_cast<double>(static_cast<float>(1.0 / 3.0)) - 1.0 / 3.0), third.kernel);
+}
+
+// element::kahan_add of float32 terms into a bfloat16 / float16 buffer
+// stays within the compensated-sum bound, on random terms of mixed sign and
+// spread with an occasional dominant one. The same terms exceed the
+// textbook (2u + 4nu^2) sum|t| (which assumes terms in the buffer's
+// format): the check can tell the two models apart.
+TEST(Bounded, KahanIntoNarrowBuffersStaysWithinItsBound) {
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  for (DType d : {DType::bf16, DType::f16}) {
+    const ScopedRoundingModel scope(
+        gradeq::rounding_model_for({DType::f32, d}, gradeq::ErrorModel{ReductionBound::deterministic, 6.0}));
+    const double u = rounding_model().accumulate.unit_roundoff;
+    double worst_over_textbook = 0.0;
+    for (long n : {2L, 3L, 4L, 8L, 64L}) {
+      for (int trial = 0; trial < 40000 / static_cast<int>(n); ++trial) {
+        std::vector<float> t(static_cast<std::size_t>(n));
+        const int spread = 1 + trial % 5;
+        for (long i = 0; i < n; ++i) {
+          double m = std::ldexp(1.0 + 0.5 * uniform(rng), static_cast<int>(std::lround(spread * uniform(rng))));
+          if (trial % 4 == 3 && i == n / 2) m *= 16.0;  // one dominant term
+          const double sign = trial % 4 == 0 ? 1.0 : trial % 4 == 1 ? (uniform(rng) < 0 ? -1.0 : 1.0) : (i % 2 ? -1.0 : 1.0);
+          t[static_cast<std::size_t>(i)] = static_cast<float>(sign * m);
+        }
+        float sum = 0.0f, comp = 0.0f;
+        double exact = 0.0, magnitude = 0.0;
+        for (float v : t) {
+          element::kahan_add(sum, comp, v, d);
+          exact += v;
+          magnitude += std::abs(v);
+        }
+        const Bounded b = compensated<Bounded>(n, [&](long i) { return Bounded(t[static_cast<std::size_t>(i)]); },
+                                               Storage::accumulate);
+        ASSERT_NEAR(b.value, exact, 1e-12 * magnitude);
+        const double error = std::abs(sum - exact);
+        ASSERT_LE(error, b.kernel) << dtype_name(d) << " n = " << n << " trial " << trial;
+        const double nd = static_cast<double>(n);
+        worst_over_textbook = std::max(worst_over_textbook, error / ((2.0 * u + 4.0 * nd * u * u) * magnitude));
+      }
+    }
+    EXPECT_GT(worst_over_textbook, 1.0) << dtype_name(d);
+  }
 }
 
 }  // namespace
