@@ -60,7 +60,8 @@ step() {
 # A CUDA test that skips on a machine with a device hides a failure.
 cuda_tests() {
   local log rc=0
-  log=$(ctest --test-dir build -R cuda --output-on-failure -j 8 2>&1) || rc=$?
+  # Synchronous launches: a kernel fault is reported at its own launch.
+  log=$(GRADEQ_CUDA_SYNC=1 ctest --test-dir build -R cuda --output-on-failure -j 8 2>&1) || rc=$?
   echo "$log"
   [ "$rc" -eq 0 ] || return 1
   if grep -q 'Skipped' <<<"$log" || ! grep -qE '[1-9][0-9]* tests passed|tests passed, 0 tests failed out of [1-9]' <<<"$log"; then

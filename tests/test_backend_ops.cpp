@@ -261,6 +261,28 @@ TEST_P(BackendOps, StoresRoundToTheTensorDtype) {
 TEST_P(BackendOps, ShapeMismatchIsAnError) {
   Tensor x = empty(2, 3), w = empty(4, 5), b = empty(1, 4), y = empty(2, 4);
   EXPECT_THROW(backend->linear_forward(x, w, b, y), KernelError);
+  // A compensation buffer must have the accumulation buffer's dtype.
+  const Tensor dst[] = {put(random_matrix(rng, 2, 2), DType::bf16)}, src[] = {put(random_matrix(rng, 2, 2))},
+               comp[] = {put(Matrix<double>::Zero(2, 2))};
+  EXPECT_THROW(backend->accumulate(dst, src, comp), KernelError);
+}
+
+// Zero-width layers: y = b, nothing to add to an empty dW, db still
+// accumulates; the GEMMs are not called with empty dimensions.
+TEST_P(BackendOps, EmptyInnerDimensionsFollowTheConventions) {
+  const auto b0 = random_matrix(rng, 1, 2), dy = random_matrix(rng, 3, 2);
+  Tensor x = backend->allocate(3, 0, DType::f32), w = backend->allocate(2, 0, DType::f32), b = put(b0),
+         y = empty(3, 2), dw = backend->allocate(2, 0, DType::f32), db = put(Matrix<double>::Zero(1, 2)),
+         tdy = put(dy), dx = backend->allocate(3, 0, DType::f32);
+  backend->linear_forward(x, w, b, y);
+  const std::vector<float> yv = get(y);
+  for (long i = 0; i < 3; ++i)
+    for (long o = 0; o < 2; ++o) EXPECT_EQ(yv[static_cast<std::size_t>(i * 2 + o)], static_cast<float>(b0(0, o)));
+  backend->linear_backward_data(tdy, w, dx);
+  backend->linear_backward_weight(tdy, x, dw, db);
+  const auto g = ref::linear_backward(lift<Bounded>(random_matrix(rng, 3, 0)), ref::zeros<Bounded>(2, 0),
+                                      lift<Bounded>(dy));
+  expect_within_bound(db, g.db, "db += sum dy");
 }
 
 // One launch over many tensors: sizes below, at and above a chunk, odd

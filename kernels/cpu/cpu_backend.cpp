@@ -323,6 +323,8 @@ void CpuBackend::accumulate(std::span<const Tensor> dst, std::span<const Tensor>
     if (compensation.empty()) {
       for (long i = 0; i < dst[t].size(); ++i) d[i] = round_to(d[i] + s[i], dst[t].dtype);
     } else {
+      require_shape(compensation[t], dst[t].rows, dst[t].cols, "accumulate compensation");
+      GRADEQ_REQUIRE(compensation[t].dtype == dst[t].dtype, "accumulate: compensation has the buffer's dtype");
       float* c = values(compensation[t]);
       for (long i = 0; i < dst[t].size(); ++i) element::kahan_add(d[i], c[i], s[i], dst[t].dtype);
     }

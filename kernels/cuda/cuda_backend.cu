@@ -441,20 +441,24 @@ struct CudaBackend::Impl {
   int* flag = nullptr;
   float* scalar = nullptr;
 
+  // Grows a device buffer to n elements. The old one is released first and
+  // forgotten before the allocation, so a failed allocation leaves nothing
+  // dangling.
+  template <class T>
+  static void reallocate(T*& ptr, long& capacity, long n) {
+    if (ptr) GRADEQ_CUDA_CHECK(cudaFree(ptr));
+    ptr = nullptr;
+    capacity = 0;
+    GRADEQ_CUDA_CHECK(cudaMalloc(&ptr, static_cast<std::size_t>(std::max(n, 1L)) * sizeof(T)));
+    capacity = n;
+  }
+
   // One launch over every chunk of every tensor in the lists.
   void launch_list(ListOp op, const std::vector<Chunk>& list, float factor) {
     if (list.empty()) return;
     const long n = static_cast<long>(list.size());
-    if (n > chunk_capacity) {
-      if (chunks) GRADEQ_CUDA_CHECK(cudaFree(chunks));
-      GRADEQ_CUDA_CHECK(cudaMalloc(&chunks, static_cast<std::size_t>(n) * sizeof(Chunk)));
-      chunk_capacity = n;
-    }
-    if (n > partial_capacity) {
-      if (partials) GRADEQ_CUDA_CHECK(cudaFree(partials));
-      GRADEQ_CUDA_CHECK(cudaMalloc(&partials, static_cast<std::size_t>(n) * sizeof(float)));
-      partial_capacity = n;
-    }
+    if (n > chunk_capacity) reallocate(chunks, chunk_capacity, n);
+    if (n > partial_capacity) reallocate(partials, partial_capacity, n);
     GRADEQ_CUDA_CHECK(cudaMemcpy(chunks, list.data(), list.size() * sizeof(Chunk), cudaMemcpyHostToDevice));
     list_kernel<<<static_cast<unsigned>(n), kThreads>>>(op, chunks, factor, partials, flag);
     GRADEQ_LAUNCH_CHECK();
@@ -479,8 +483,11 @@ CudaBackend::CudaBackend() : impl_(std::make_unique<Impl>()) {
   GRADEQ_CUDA_CHECK(cudaSetDevice(0));
   GRADEQ_CUBLAS_CHECK(cublasCreate(&impl_->cublas));
   // Plain float32 (no TF32) for float32 inputs; tensor cores with float32
-  // accumulation for bfloat16 / float16 inputs (docs/NUMERICS.md §1).
-  GRADEQ_CUBLAS_CHECK(cublasSetMathMode(impl_->cublas, CUBLAS_DEFAULT_MATH));
+  // accumulation for bfloat16 / float16 inputs (docs/NUMERICS.md §1). No
+  // reduced-precision reductions: split-K partial sums of a bf16/f16 output
+  // would otherwise be combined in the output's type, not in float32.
+  GRADEQ_CUBLAS_CHECK(cublasSetMathMode(
+      impl_->cublas, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
   GRADEQ_CUDA_CHECK(cudaMalloc(&impl_->flag, sizeof(int)));
   GRADEQ_CUDA_CHECK(cudaMalloc(&impl_->scalar, sizeof(float)));
 }
@@ -499,11 +506,7 @@ CudaBackend::~CudaBackend() {
 float* CudaBackend::scratch(long count, int slot) {
   auto& ptr = impl_->scratch[static_cast<std::size_t>(slot)];
   auto& size = impl_->scratch_size[static_cast<std::size_t>(slot)];
-  if (count > size) {
-    if (ptr) GRADEQ_CUDA_CHECK(cudaFree(ptr));
-    GRADEQ_CUDA_CHECK(cudaMalloc(&ptr, static_cast<std::size_t>(std::max(count, 1L)) * sizeof(float)));
-    size = count;
-  }
+  if (count > size || !ptr) Impl::reallocate(ptr, size, count);
   return ptr;
 }
 
@@ -569,6 +572,11 @@ bool gemm_writes(DType ab, DType c) { return c == DType::f32 || c == ab; }
 // widened exactly into a scratch slot; C must be a type cuBLAS writes.
 void CudaBackend::gemm(bool transpose_a, bool transpose_b, long m, long n, long k, const Tensor& a, long lda,
                        const Tensor& b, long ldb, float beta, const Tensor& c) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // an empty product: C = beta C (cuBLAS wants leading dimensions >= 1)
+    if (beta == 0.0f) fill(c, 0.0f);
+    return;
+  }
   auto operand = [&](const Tensor& t, int slot) -> std::pair<const void*, DType> {
     if (a.dtype == b.dtype || t.dtype == DType::f32) return {t.data, t.dtype};
     float* wide = scratch(t.size(), slot);
@@ -649,8 +657,10 @@ void CudaBackend::set_deterministic(bool on) {
 constexpr long kRowsPerSlice = 4 * kThreads;
 
 void CudaBackend::bias_gradient(const Tensor& dy, const Tensor& db) {
+  if (dy.empty()) return;
   if (!deterministic_ && db.dtype == DType::f32 && dy.rows > kRowsPerSlice) {
-    const long slices = (dy.rows + kRowsPerSlice - 1) / kRowsPerSlice;
+    // gridDim.y is at most 65535: beyond that, slices take more rows each.
+    const long slices = std::min((dy.rows + kRowsPerSlice - 1) / kRowsPerSlice, 65535L);
     column_sum_atomic<<<dim3(static_cast<unsigned>(dy.cols), static_cast<unsigned>(slices)), kThreads>>>(
         dy.data, dy.dtype, dy.rows, dy.cols, static_cast<float*>(db.data), slices);
     GRADEQ_LAUNCH_CHECK();
@@ -697,6 +707,8 @@ void CudaBackend::norm_forward(const NormConfig& c, const Tensor& x, const Tenso
   require_shape(saved_rstd, 1, groups, "norm_forward saved_rstd");
   GRADEQ_REQUIRE(saved_mean.dtype == DType::f32 && saved_rstd.dtype == DType::f32, "norm_forward: statistics are float32");
   const bool update = c.kind == NormKind::batch && !running_mean.empty();
+  GRADEQ_REQUIRE(!update || (running_mean.dtype == DType::f32 && running_var.dtype == DType::f32),
+                 "norm_forward: running statistics are float32");
   if (groups == 0) return;
   norm_forward_kernel<<<static_cast<unsigned>(groups), kThreads>>>(
       geo, c.eps, c.momentum, x.data, x.dtype, gamma.data, gamma.dtype, beta.data, beta.dtype, y.data, y.dtype,
@@ -713,8 +725,10 @@ void CudaBackend::norm_backward(const NormConfig& c, const Tensor& x, const Tens
   require_shape(dgamma, 1, x.cols, "norm_backward dgamma");
   const bool centred = c.kind != NormKind::rms;
   if (centred) require_shape(dbeta, 1, x.cols, "norm_backward dbeta");
+  GRADEQ_REQUIRE(c.kind != NormKind::group || (c.groups > 0 && x.cols % c.groups == 0 && x.rows % c.positions == 0),
+                 "norm_backward: groups must divide channels and positions must divide rows");
   const NormGeometry geo = geometry(c, x);
-  if (geo.group_count() == 0) return;
+  if (x.empty() || geo.group_count() == 0) return;
   norm_backward_dx_kernel<<<static_cast<unsigned>(geo.group_count()), kThreads>>>(
       geo, x.data, x.dtype, gamma.data, gamma.dtype, dy.data, dy.dtype, static_cast<const float*>(saved_mean.data),
       static_cast<const float*>(saved_rstd.data), dx.data, dx.dtype);
@@ -778,7 +792,13 @@ void CudaBackend::accumulate(std::span<const Tensor> dst, std::span<const Tensor
                              std::span<const Tensor> compensation) {
   GRADEQ_REQUIRE(dst.size() == src.size(), "accumulate: list lengths differ");
   GRADEQ_REQUIRE(compensation.empty() || compensation.size() == dst.size(), "accumulate: compensation list length");
-  for (std::size_t t = 0; t < dst.size(); ++t) require_shape(src[t], dst[t].rows, dst[t].cols, "accumulate");
+  for (std::size_t t = 0; t < dst.size(); ++t) {
+    require_shape(src[t], dst[t].rows, dst[t].cols, "accumulate");
+    if (!compensation.empty()) {
+      require_shape(compensation[t], dst[t].rows, dst[t].cols, "accumulate compensation");
+      GRADEQ_REQUIRE(compensation[t].dtype == dst[t].dtype, "accumulate: compensation has the buffer's dtype");
+    }
+  }
   impl_->launch_list(compensation.empty() ? ListOp::accumulate : ListOp::accumulate_compensated,
               chunks_of(dst, src, compensation), 0.0f);
 }
@@ -813,6 +833,8 @@ void CudaBackend::optimizer_step(const OptimizerStep& step, std::span<const Tens
   for (std::size_t t = 0; t < params.size(); ++t) {
     require_shape(grads[t], params[t].rows, params[t].cols, "optimizer_step grad");
     GRADEQ_REQUIRE(params[t].dtype == DType::f32, "optimizer_step: master weights are float32");
+    GRADEQ_REQUIRE((!needs_a || state_a[t].dtype == DType::f32) && (!needs_b || state_b[t].dtype == DType::f32),
+                   "optimizer_step: optimizer state is float32");
     if (params[t].empty()) continue;
     optimizer_kernel<<<blocks_for(params[t].size()), kThreads>>>(
         step, static_cast<float*>(params[t].data), grads[t].data, grads[t].dtype,
