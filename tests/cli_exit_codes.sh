@@ -32,6 +32,9 @@ expect 2 "unknown property" -- check --property NoSuchProperty
 expect 2 "exactly one --scenario" -- check --dump "$work/d"
 expect 2 "out" -- report
 expect 2 "error-model" -- check --error-model guess
+expect 2 "requires --campaign" -- selftest --campaign-mutant-cases 5
+expect 2 "requires --campaign" -- selftest --threads 2
+expect 2 "campaign" -- selftest --campaign 0
 # Without a device (or without a CUDA build) cuda is an environment error
 # with the reason; with one, the same gate runs on it.
 if "$gradeq" list backends | grep -qE '^  cuda +available'; then

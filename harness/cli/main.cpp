@@ -299,11 +299,16 @@ int main(int argc, char** argv) {
   selftest->add_option("--backend", selftest_args.backend, "Backend the mutants wrap")->check(CLI::IsMember({"cpu", "cuda"}));
   selftest->add_option("--seed", selftest_args.seed, "Run seed")->check(CLI::PositiveNumber);
   selftest->add_option("--cases", selftest_args.cases, "Cases per property and mutant")->check(CLI::Range(1, 1000000));
-  selftest->add_option("--campaign", selftest_args.campaign, "Also run a calibration campaign of this many cases")
-      ->check(CLI::Range(1L, 100000000L));
+  CLI::Option* campaign =
+      selftest->add_option("--campaign", selftest_args.campaign, "Also run a calibration campaign of this many cases")
+          ->check(CLI::Range(1L, 100000000L));
   selftest->add_option("--campaign-mutant-cases", selftest_args.campaign_mutant_cases,
-                       "Cases each mutant sees in the campaign")->check(CLI::Range(1L, 100000000L));
-  selftest->add_option("--threads", selftest_args.threads, "Worker threads for the campaign")->check(CLI::Range(1, 64));
+                       "Cases each mutant sees in the campaign")
+      ->check(CLI::Range(1L, 100000000L))
+      ->needs(campaign);
+  selftest->add_option("--threads", selftest_args.threads, "Worker threads for the campaign")
+      ->check(CLI::Range(1, 64))
+      ->needs(campaign);
   selftest->add_option("--out", selftest_args.out_dir, "Write selftest.json and selftest.md here");
 
   std::string list_what = "all";
