@@ -13,8 +13,10 @@
 #   report     gradeq report --backend cuda (the gate and its report)
 #   bench      the CUDA benchmarks, as fractions of ceilings measured in
 #              the same run
-# Prints a summary. Exit: 0 every step passed, 1 a step failed, 3 no CUDA
-# device or no nvcc (nothing was checked), 2 bad arguments.
+# Each step has its own time limit, and the whole run at most
+# GPU_CHECK_BUDGET_S seconds (default 600); a step the budget does not reach
+# counts as failed. Prints a summary. Exit: 0 every step passed, 1 a step
+# failed, 3 no CUDA device or no nvcc (nothing was checked), 2 bad arguments.
 # Usage: scripts/gpu-check.sh [--no-build]
 #   --no-build  check the build already in build/ (configured with CUDA),
 #               e.g. on a machine without the Debian packages or apt.
@@ -32,6 +34,9 @@ out=gpu-check
 rm -rf "$out"
 mkdir -p "$out"
 started=$SECONDS
+# A hard limit on the whole run (build included): a step gets at most what
+# is left, and a step with nothing left is reported as not run, a failure.
+budget=${GPU_CHECK_BUDGET_S:-600}
 
 names=()
 verdicts=()
@@ -40,7 +45,15 @@ failed=0
 step() {
   local name=$1 limit=$2
   shift 2
-  local t0=$SECONDS rc=0
+  local t0=$SECONDS rc=0 left=$((budget - (SECONDS - started)))
+  names+=("$name")
+  if [ "$left" -le 0 ]; then
+    failed=1
+    verdicts+=("FAIL (not run: the ${budget} s budget is spent)")
+    echo "gpu-check: $name: not run, the ${budget} s budget is spent"
+    return 1
+  fi
+  [ "$left" -lt "$limit" ] && limit=$left
   echo "gpu-check: $name ..."
   # bash -c, so that the exported functions below can be steps too.
   timeout "$limit" bash -c '"$@"' _ "$@" >"$out/$name.log" 2>&1 || rc=$?
@@ -51,7 +64,6 @@ step() {
     verdict="FAIL (exit $rc)"
   fi
   [ "$verdict" = pass ] || failed=1
-  names+=("$name")
   verdicts+=("$verdict, $((SECONDS - t0)) s")
   echo "gpu-check: $name: $verdict ($((SECONDS - t0)) s, $out/$name.log)"
   return "$rc"
@@ -116,14 +128,23 @@ step bench 180 build/gradeq_bench_cuda --benchmark_min_time=0.2 --benchmark_out=
 echo
 echo "gpu-check summary — $device, $((SECONDS - started)) s"
 for i in "${!names[@]}"; do printf '  %-10s %s\n' "${names[$i]}" "${verdicts[$i]}"; done
-echo "  tests:     $(grep -E 'tests passed|tests failed' "$out/tests.log" | tail -1)"
+# A step that did not run has no log: its lines say "(no log)".
+from_log() {  # PATTERN STEP
+  [ -f "$out/$2.log" ] || { echo "(no log)"; return; }
+  grep -hE "$1" "$out/$2.log" | tail -1
+}
+echo "  tests:     $(from_log 'tests passed|tests failed' tests)"
 for f in memcheck racecheck; do
-  echo "  $f: $(grep -h 'ERROR SUMMARY' "$out/$f.log" | sort | uniq -c | tr -s ' ' | paste -sd ';' -)"
+  if [ -f "$out/$f.log" ]; then
+    echo "  $f: $(grep -h 'ERROR SUMMARY' "$out/$f.log" | sort | uniq -c | tr -s ' ' | paste -sd ';' -)"
+  else
+    echo "  $f: (no log)"
+  fi
 done
-echo "  selftest:  $(grep -E '^selftest:' "$out/selftest.log" | tail -1)"
-echo "             $(grep -E '^  caught +B19 ' "$out/selftest.log" || echo 'B19 not caught')"
-echo "  gate:      $(grep -E '^result:' "$out/report.log" | tail -1)"
+echo "  selftest:  $(from_log '^selftest:' selftest)"
+echo "             $(from_log '^  caught +B19 ' selftest | grep . || echo 'B19 not caught')"
+echo "  gate:      $(from_log '^result:' report)"
 echo "  bench (fraction of ceiling):"
-grep -E '^BM_' "$out/bench.log" | grep -v '^BM_Ceiling' | awk '{print "    " $1 "  " $NF}'
+[ -f "$out/bench.log" ] && grep -E '^BM_' "$out/bench.log" | grep -v '^BM_Ceiling' | awk '{print "    " $1 "  " $NF}'
 echo "  logs and reports: $out/"
 exit "$failed"
