@@ -104,7 +104,7 @@ std::vector<ScenarioSpec> default_scenarios() {
     s.model.loss = LossKind::mse;
     s.split = {{3, 5, 2, 6}, {4, 4, 4, 4}, {7, 1}};
     s.procedure.optimizer.kind = ref::OptimizerKind::adamw;
-    s.procedure.optimizer.lr = 1e-2;
+    s.procedure.optimizer.lr = 1e-2;  // hyper-parameters of the scenario, not tolerances
     s.procedure.optimizer.weight_decay = 0.1;
     s.procedure.clip = {true, 0.05};  // the gradient norm here is about 0.5: it binds
     s.procedure.schedule = {true, 1, 6};
@@ -124,7 +124,7 @@ std::vector<ScenarioSpec> default_scenarios() {
     s.data = DataKind::padded_sequences;
     s.split = equal_split(3, 16, 2);
     s.procedure.optimizer.kind = ref::OptimizerKind::adamw;
-    s.procedure.optimizer.lr = 1e-3;
+    s.procedure.optimizer.lr = 1e-3;  // a typical fine-tuning rate; hyper-parameters, not tolerances
     s.procedure.optimizer.beta2 = 0.95;
     s.procedure.optimizer.weight_decay = 0.1;
     s.procedure.clip = {true, 0.25};  // binds: the gradient norm here is 0.36 to 0.46

@@ -45,7 +45,7 @@ struct NormConfig {
   NormKind kind = NormKind::layer;
   long groups = 1;        // group: channel groups
   long positions = 1;     // rows per sample
-  float eps = 1e-5f;
+  float eps = 1e-5f;       // PyTorch's default for every normalizer
   float momentum = 0.1f;  // batch: weight of the new statistics in the running ones
 };
 
@@ -71,6 +71,7 @@ struct OptimizerStep {
   // Adam / AdamW: m = beta1 m + (1 - beta1) g; v = beta2 v + (1 - beta2) g^2;
   //   p -= step_size * m / (sqrt(v) * inv_sqrt_bias_correction2 + eps),
   //   step_size = lr / (1 - beta1^t); AdamW first p *= decay = 1 - lr wd.
+  // Defaults: PyTorch's Adam/AdamW hyper-parameters (callers set their own).
   float beta1 = 0.9f, one_minus_beta1 = 0.1f, beta2 = 0.999f, one_minus_beta2 = 0.001f, eps = 1e-8f;
   float step_size = 0.0f, inv_sqrt_bias_correction2 = 1.0f, decay = 1.0f;
 };

@@ -151,7 +151,7 @@ rc::Gen<ref::ProcedureConfig> procedure_config() {
       o.dampening = o.momentum != 0.0 && !o.nesterov ? *rc::gen::element(0.0, 0.1) : 0.0;
       o.weight_decay = *rc::gen::element(0.0, 0.01);
     } else {
-      o.lr = 1e-2;
+      o.lr = 1e-2;  // a hyper-parameter of the generated case (Adam's step is ~lr per element), not a tolerance
       o.weight_decay = *rc::gen::element(0.0, 0.1);
     }
     // A max norm this small binds on these models: clipping changes the step.

@@ -588,6 +588,20 @@ Bounded reduce_sum(long n, F&& term, const Bounded& /*tag*/) {
   return Bounded::with_error(v, detail::unless_overflow(kernel_magnitude, e), r);
 }
 
+namespace detail {
+// A buffer whose values reach `reach` in magnitude (exact value `value`)
+// under error e: it may overflow when reach plus the hard bound gets to the
+// threshold (counted, for the loss scaler) and must when |value| minus it
+// does; where the active bound gets there, the error is unbounded unless
+// the kernel is known to have stored finite values.
+inline void buffer_overflow(double reach, double value, const StorageFormat& f, KernelError& e) {
+  if (!std::isfinite(f.overflow_threshold)) return;
+  if (!(reach + hard_bound(e) < f.overflow_threshold))
+    count_overflow(true, std::abs(value) - hard_bound(e) >= f.overflow_threshold);
+  if (!(reach + combined_bound(e) < f.overflow_threshold) && !stores_known_finite()) e.systematic = kInf;
+}
+}  // namespace detail
+
 // Kahan-compensated sum of n terms into a buffer stored in `where`, by
 // element::kahan_add: y = fl(t_k - c), s' = fl(s + y), c' = fl(fl(s' - s) - y),
 // every result rounded to the buffer's format (u; float32 arithmetic first
@@ -629,13 +643,8 @@ Bounded compensated_sum(long n, F&& term, Storage where, const Bounded& /*tag*/)
   KernelError e = errors.with_rounding(n, 0.0, 0.0, kahan);
   e.scale += kahan;
   r += reference_gamma(n) * magnitude;
-  // Every partial sum is at most sum |t_i| (+ errors): the buffer may
-  // overflow when that reaches the threshold, and must when the total does.
-  if (std::isfinite(f.overflow_threshold)) {
-    if (!(kernel_magnitude + hard_bound(e) < f.overflow_threshold))
-      count_overflow(true, std::abs(v) - hard_bound(e) >= f.overflow_threshold);
-    if (!(kernel_magnitude + combined_bound(e) < f.overflow_threshold) && !stores_known_finite()) e.systematic = kInf;
-  }
+  // Every partial sum is at most sum |t_i| (+ errors).
+  detail::buffer_overflow(kernel_magnitude, v, f, e);
   return Bounded::with_error(v, detail::unless_overflow(v, e), r);
 }
 
@@ -687,11 +696,7 @@ Bounded accumulated_sum(long n, F&& term, Storage where, const Bounded& /*tag*/)
       e.random += rho;
       scale_squares += rho * rho;
     }
-    if (std::isfinite(f.overflow_threshold)) {
-      if (!(std::abs(v) + hard_bound(e) < f.overflow_threshold))
-        count_overflow(true, std::abs(v) - hard_bound(e) >= f.overflow_threshold);
-      if (!(std::abs(v) + combined_bound(e) < f.overflow_threshold) && !stores_known_finite()) e.systematic = kInf;
-    }
+    detail::buffer_overflow(std::abs(v), v, f, e);
   }
   e.scale = term_scales + std::sqrt(scale_squares);
   if (!exact && n > 1) r += reference_gamma(n) * magnitude;

@@ -90,6 +90,8 @@ void parallel_for(long count, int threads, Evaluate&& evaluate) {
 Campaign run_campaign(const SelfTestOptions& o, Backend& base, const ProgressSink& progress) {
   const auto start = std::chrono::steady_clock::now();
   Campaign c;
+  // Histogram bins, for reading only (no verdict uses them): decades below
+  // 0.01, tenths up to 1/F = 0.5, then up to the verdict threshold 1.
   c.bin_edges = {0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 0.1, 0.2, 0.3, 0.4, 0.5, 1.0, HUGE_VAL};
   c.histogram.assign(c.bin_edges.size() - 1, 0);
   const std::vector<const Property*> properties = backend_properties();
