@@ -69,7 +69,7 @@ void BM_WeightGradientGemm(benchmark::State& state) {
     cpu.download(dw, got);
     for (long i = 0; i < expected.size(); ++i) {
       const auto& e = expected.data()[i];
-      if (!(std::abs(got[i] - e.value) <= kernel_bound(e.kernel, e.reference))) {
+      if (!(std::abs(got[i] - e.value) <= kernel_bound(e.kernel_bound, e.reference))) {
         state.SkipWithError("weight-gradient GEMM disagrees with the reference");
         return;
       }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/run_record.h"
 #include "kernels/dtype.h"
 
 namespace gradeq {
@@ -22,6 +23,7 @@ struct ErrorMetrics {
 
 struct TensorCheck {
   std::string name;
+  RecordKind kind = RecordKind::parameter;
   long window = 0;
   long rows = 0, cols = 0;
   DType dtype = DType::f32;

@@ -89,7 +89,7 @@ int dump_scenario(const std::filesystem::path& dir, const Scenario& scenario, co
       add(prefix + "mask", "mask", {static_cast<long>(mask.size())}, std::span<const std::int32_t>(mask), "int32");
     }
   }
-  const std::vector<ref::ParameterInfo> layout = ref::parameter_layout(spec.model);
+  const std::vector<ref::ParameterInfo>& layout = scenario.schema.parameters;
   for (std::size_t p = 0; p < layout.size(); ++p) {
     const auto& m = scenario.initial_params[p];
     add("initial/" + layout[p].name, "parameter", {m.rows(), m.cols()},

@@ -8,11 +8,9 @@
 namespace gradeq {
 namespace {
 
-// Gradients live in the accumulation buffer; weights and BatchNorm running
-// statistics are float32.
-DType dtype_of(const std::string& name, const PrecisionSpec& p) {
-  return name.starts_with("grad/") ? p.accumulate : DType::f32;
-}
+// Gradients live in the accumulation buffer; weights, BatchNorm running
+// statistics and optimizer state are float32.
+DType dtype_of(RecordKind kind, const PrecisionSpec& p) { return kind == RecordKind::gradient ? p.accumulate : DType::f32; }
 
 // A failure on bounded elements decides the verdict; elements the error
 // model cannot bound only make it inconclusive when nothing else failed.
@@ -53,10 +51,6 @@ std::string status_name(Status s) {
     case Status::inconclusive: return "inconclusive";
   }
   return "?";
-}
-
-LoopFactory correct_loop() {
-  return [](Backend& b) { return std::make_unique<TrainingLoop>(b); };
 }
 
 bool ScenarioResult::passed() const {
@@ -104,17 +98,12 @@ Runs execute(const Scenario& scenario, Backend& backend, const LoopFactory& loop
   return runs;
 }
 
-const ReferenceTensor* find_optional(const ReferenceWindow& w, const std::string& name) {
-  for (const ReferenceTensor& t : w.tensors)
-    if (t.name == name) return &t;
-  return nullptr;
-}
-
 ScenarioResult judge(const Scenario& scenario, const Runs& runs) {
   const ScenarioSpec& spec = scenario.spec;
   const bool equivalent = expects_equivalence(spec);
   ScenarioResult result;
   result.spec = spec;
+  result.schema = scenario.schema;
   result.math.kind = VerdictKind::math_equivalence;
   result.kernel.kind = VerdictKind::kernel_correctness;
   result.accumulation.kind = VerdictKind::accumulation_equivalence;
@@ -123,6 +112,7 @@ ScenarioResult judge(const Scenario& scenario, const Runs& runs) {
                 const std::vector<double>& expected, const std::vector<double>& actual,
                 const std::vector<double>& bound) {
     TensorCheck c = compare_tensor(label, shape.rows, shape.cols, d, expected, actual, bound);
+    c.kind = shape.kind;
     c.window = static_cast<long>(w);
     v.checks.push_back(std::move(c));
   };
@@ -131,7 +121,7 @@ ScenarioResult judge(const Scenario& scenario, const Runs& runs) {
     // (a skipped window has no gradient) shows in state/skipped instead.
     for (const ReferenceTensor& full : runs.r_full.windows[w].tensors) {
       for (std::size_t i = 0; i < full.value.size(); ++i)
-        if (full.name.starts_with("grad/") && full.value[i] != 0.0) any_nonzero_gradient = true;
+        if (full.kind == RecordKind::gradient && full.value[i] != 0.0) any_nonzero_gradient = true;
       const ReferenceTensor* acc = find_optional(runs.r_acc.windows[w], full.name);
       if (!acc) continue;
       std::vector<double> bound(full.value.size());
@@ -144,7 +134,7 @@ ScenarioResult judge(const Scenario& scenario, const Runs& runs) {
       for (const ReferenceTensor& e : expected_run->windows[w].tensors) {
         std::vector<double> bound(e.value.size());
         for (std::size_t i = 0; i < bound.size(); ++i) bound[i] = kernel_bound(e.kernel_bound[i], e.reference_bound[i]);
-        add(result.kernel, w, label + e.name, e, dtype_of(e.name, spec.precision), e.value,
+        add(result.kernel, w, label + e.name, e, dtype_of(e.kind, spec.precision), e.value,
             find_tensor(kernel_run->windows[w], e.name).values, bound);
       }
     }
@@ -155,7 +145,7 @@ ScenarioResult judge(const Scenario& scenario, const Runs& runs) {
       std::vector<double> bound(full.value.size());
       for (std::size_t i = 0; i < bound.size(); ++i)
         bound[i] = accumulation_bound(acc->kernel_bound[i], acc->reference_bound[i], full.reference_bound[i]);
-      add(result.accumulation, w, full.name, full, dtype_of(full.name, spec.precision), full.value,
+      add(result.accumulation, w, full.name, full, dtype_of(full.kind, spec.precision), full.value,
           find_tensor(runs.k_acc.windows[w], full.name).values, bound);
     }
   }

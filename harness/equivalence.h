@@ -56,13 +56,9 @@ struct Runs {
   ReferenceRun r_full_at_k_full, r_acc_at_k_acc, r_full_at_k_acc;
 };
 
-// Builds the training loop a run uses; the correct loop by default, a
-// mutant's loop in the self-test.
-using LoopFactory = std::function<std::unique_ptr<TrainingLoop>(Backend&)>;
-LoopFactory correct_loop();
-
 struct ScenarioResult {
   ScenarioSpec spec;
+  RunSchema schema;
   Verdict math, kernel, accumulation;
   // Every reference gradient is exactly zero: the comparison could not fail
   // for the right reason, so the scenario counts as failed.

@@ -78,7 +78,7 @@ ScenarioSpec norm_sweep_scenario(const NormSweepOptions& options, const std::str
   throw std::invalid_argument("sweep: no normalizer '" + norm + "'");
 }
 
-NormSweep run_norm_sweep(const NormSweepOptions& o, const std::function<void(const std::string&)>& progress) {
+NormSweep run_norm_sweep(const NormSweepOptions& o, const ProgressSink& progress) {
   if (o.seeds < 1) throw std::invalid_argument("sweep: seeds must be >= 1");
   if (o.total_batch < 1 || o.positions < 1) throw std::invalid_argument("sweep: total batch and positions must be >= 1");
   for (long m : o.micro_batch_sizes)

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/progress.h"
 #include "harness/scenario.h"
 
 namespace gradeq {
@@ -52,6 +53,6 @@ ScenarioSpec norm_sweep_scenario(const NormSweepOptions& options, const std::str
 
 // Throws std::invalid_argument if a micro-batch size does not divide the
 // total batch or is < 1, or seeds < 1.
-NormSweep run_norm_sweep(const NormSweepOptions& options, const std::function<void(const std::string&)>& progress = {});
+NormSweep run_norm_sweep(const NormSweepOptions& options, const ProgressSink& progress = {});
 
 }  // namespace gradeq

@@ -27,7 +27,7 @@ ScenarioSpec precision_sweep_scenario(const PrecisionSweepOptions& o, DType accu
 }
 
 PrecisionSweep run_precision_sweep(const PrecisionSweepOptions& o, Backend& backend,
-                                   const std::function<void(const std::string&)>& progress) {
+                                   const ProgressSink& progress) {
   if (o.seeds < 1 || o.micro_batch < 1) throw std::invalid_argument("sweep: seeds and micro-batch must be >= 1");
   for (long n : o.micro_batches)
     if (n < 1) throw std::invalid_argument("sweep: micro-batch counts must be >= 1");
@@ -54,7 +54,7 @@ PrecisionSweep run_precision_sweep(const PrecisionSweepOptions& o, Backend& back
           const KernelRun kernel = correct_loop()(backend)->run(sc, sc.spec.split);
           double diff = 0.0, norm = 0.0, bound = 0.0, kernel_norm = 0.0;
           for (const ReferenceTensor& f : full.windows[0].tensors) {
-            if (!f.name.starts_with("grad/")) continue;
+            if (f.kind != RecordKind::gradient) continue;
             const ReferenceTensor& a = find_tensor(acc_ref.windows[0], f.name);
             const RunTensor& kt = find_tensor(kernel.windows[0], f.name);
             for (std::size_t i = 0; i < f.value.size(); ++i) {

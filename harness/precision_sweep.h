@@ -45,6 +45,6 @@ ScenarioSpec precision_sweep_scenario(const PrecisionSweepOptions& o, DType accu
                                       long micro_batches, std::uint64_t seed);
 // Throws std::invalid_argument for sizes < 1 or seeds < 1.
 PrecisionSweep run_precision_sweep(const PrecisionSweepOptions& options, Backend& backend,
-                                   const std::function<void(const std::string&)>& progress = {});
+                                   const ProgressSink& progress = {});
 
 }  // namespace gradeq

@@ -14,22 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "harness/runs.h"
+#include "harness/run_record.h"
 #include "harness/scenario.h"
 #include "harness/tolerance.h"
 
 namespace gradeq {
 
 ReferenceRun run_reference(const Scenario& scenario, const Split& split, const ErrorModel& model);
-
-// The optimizer state a run records, "state/<param>.<name>": SGD's momentum
-// buffer, Adam's exp_avg and exp_avg_sq (second_moment).
-struct OptimizerStateInfo {
-  std::string name;
-  std::size_t parameter = 0;
-  bool second_moment = false;
-};
-std::vector<OptimizerStateInfo> optimizer_state_layout(const ScenarioSpec& s);
 
 // Window w with the given micro-batches, from the state `before` left
 // (nullptr: the scenario's initial state, which must be the case for w = 0).

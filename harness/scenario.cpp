@@ -225,10 +225,16 @@ std::uint64_t mix_seed(std::uint64_t run_seed, std::uint64_t item) {
   return z == 0 ? 1 : z;
 }
 
+std::uint64_t name_seed(std::uint64_t run_seed, const std::string& name) {
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a offset basis and prime
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+  return mix_seed(run_seed, h);
+}
+
 Scenario materialize(const ScenarioSpec& spec) {
   validate(spec);
   SeededRandom rng(spec.seed);
-  Scenario s{spec, initial_parameters(spec, rng), {}};
+  Scenario s{spec, run_schema(spec), initial_parameters(spec, rng), {}};
   for (const auto& window : spec.split)
     s.windows.push_back(make_window(spec, rng, std::accumulate(window.begin(), window.end(), 0L)));
   return s;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/run_record.h"
 #include "kernels/dtype.h"
 #include "reference/procedure.h"
 
@@ -65,6 +66,7 @@ std::string describe_procedure(const ref::ProcedureConfig& p);
 
 struct Scenario {
   ScenarioSpec spec;
+  RunSchema schema;  // what every run of it records
   ref::Tensors<double> initial_params;
   std::vector<ref::Batch> windows;  // one batch per window, in order
 };
@@ -73,5 +75,9 @@ Scenario materialize(const ScenarioSpec& spec);
 
 // Deterministic per-item seed derived from a run seed (splitmix64).
 std::uint64_t mix_seed(std::uint64_t run_seed, std::uint64_t item);
+// The seed of a named item (a property, a mutant's cell): the name's FNV-1a
+// hash mixed into the run seed, so an item's seed does not depend on which
+// other items were selected.
+std::uint64_t name_seed(std::uint64_t run_seed, const std::string& name);
 
 }  // namespace gradeq

@@ -1,6 +1,8 @@
 // suite.h — the embedded default suite: named scenarios a user recognizes,
 // each chosen to expose a class of accumulation bugs (see shared/BUGS.md:
-// uneven item counts, partial windows, several windows, wide ranges).
+// uneven item counts, partial windows, several windows, wide ranges). The
+// suite is data: harness/default_suite.toml, embedded at build time and read
+// by the config reader (harness/config.h) that reads a user's file.
 #pragma once
 
 #include <string>
@@ -10,7 +12,10 @@
 
 namespace gradeq {
 
-std::vector<ScenarioSpec> default_scenarios();
+// The text of harness/default_suite.toml (generated source).
+const char* default_suite_toml();
+// The default suite, parsed and validated once.
+const std::vector<ScenarioSpec>& default_scenarios();
 // nullptr if no scenario has that name.
 const ScenarioSpec* find_scenario(const std::vector<ScenarioSpec>& suite, const std::string& name);
 

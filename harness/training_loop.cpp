@@ -1,13 +1,13 @@
 // training_loop.cpp — the correct accumulation procedure on a Backend.
 #include "harness/training_loop.h"
 
-#include "harness/reference_run.h"
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
 #include <stdexcept>
+
+#include "kernels/norm_geometry.h"
 
 namespace gradeq {
 namespace {
@@ -38,17 +38,6 @@ NormConfig norm_config(const ref::ModelSpec& spec, const ref::LayerSpec& layer) 
   return c;
 }
 
-// Statistics groups a normalizer keeps for `rows` rows of `cols` channels.
-long statistics_groups(const NormConfig& c, long rows, long cols) {
-  switch (c.kind) {
-    case NormKind::layer:
-    case NormKind::rms: return rows;
-    case NormKind::batch: return cols;
-    case NormKind::group: return rows / c.positions * c.groups;
-  }
-  return 0;
-}
-
 }  // namespace
 
 OptimizerStep make_optimizer_step(const ref::OptimizerSpec& o, double lr, long step) {
@@ -74,6 +63,10 @@ OptimizerStep make_optimizer_step(const ref::OptimizerSpec& o, double lr, long s
   return s;
 }
 
+LoopFactory correct_loop() {
+  return [](Backend& b) { return std::make_unique<TrainingLoop>(b); };
+}
+
 TrainingLoop::~TrainingLoop() { release_all(); }
 
 void TrainingLoop::release_all() {
@@ -85,18 +78,18 @@ void TrainingLoop::release_all() {
 void TrainingLoop::allocate(const Scenario& s, long max_rows) {
   release_all();
   const ref::ModelSpec& m = s.spec.model;
-  const std::vector<ref::ParameterInfo> layout = ref::parameter_layout(m);
+  const std::vector<ref::ParameterInfo>& layout = s.schema.parameters;
   const std::vector<long> widths = ref::layer_widths(m);
   const DType compute = s.spec.precision.compute, accumulate = s.spec.precision.accumulate;
   const bool compensated = s.spec.procedure.compensated;
   const std::size_t n = layout.size();
-  for (auto* list : {&params_, &compute_params_, &grads_, &staging_, &compensation_, &optimizer_a_, &optimizer_b_})
+  for (auto* list : {&params_, &compute_params_, &grads_, &staging_, &compensation_, &first_moment_, &second_moment_})
     list->assign(compensated || (list != &staging_ && list != &compensation_) ? n : 0, Tensor{});
   activations_.assign(widths.size(), {});
   activation_grads_.assign(widths.size(), {});
   saved_mean_.assign(m.layers.size(), {});
   saved_rstd_.assign(m.layers.size(), {});
-  const std::vector<ref::ParameterInfo> buffer_layout = ref::buffer_layout(m);
+  const std::vector<ref::ParameterInfo>& buffer_layout = s.schema.buffers;
   buffers_.assign(buffer_layout.size(), {});
   auto own = [&](Tensor& t, long rows, long cols, DType d) {
     t = backend_.allocate(rows, cols, d);
@@ -106,8 +99,8 @@ void TrainingLoop::allocate(const Scenario& s, long max_rows) {
     const long rows = layout[p].rows, cols = layout[p].cols;
     own(params_[p], rows, cols, DType::f32);
     own(grads_[p], rows, cols, accumulate);
-    own(optimizer_a_[p], rows, cols, DType::f32);
-    own(optimizer_b_[p], rows, cols, DType::f32);
+    own(first_moment_[p], rows, cols, DType::f32);
+    own(second_moment_[p], rows, cols, DType::f32);
     if (compensated) {
       own(staging_[p], rows, cols, DType::f32);
       own(compensation_[p], rows, cols, accumulate);
@@ -119,15 +112,15 @@ void TrainingLoop::allocate(const Scenario& s, long max_rows) {
     }
     backend_.upload(params_[p], to_float(s.initial_params[p]));
   }
-  backend_.zero(optimizer_a_);
-  backend_.zero(optimizer_b_);
+  backend_.zero(first_moment_);
+  backend_.zero(second_moment_);
   for (std::size_t l = 0; l < widths.size(); ++l) {
     own(activations_[l], max_rows, widths[l], compute);
     own(activation_grads_[l], max_rows, widths[l], compute);
   }
   for (std::size_t l = 0; l < m.layers.size(); ++l) {
     if (!ref::is_norm(m.layers[l].kind)) continue;
-    const long groups = statistics_groups(norm_config(m, m.layers[l]), max_rows, widths[l]);
+    const long groups = norm_geometry(norm_config(m, m.layers[l]), max_rows, widths[l]).group_count();
     own(saved_mean_[l], 1, groups, DType::f32);
     own(saved_rstd_[l], 1, groups, DType::f32);
   }
@@ -173,25 +166,27 @@ KernelWindow TrainingLoop::record_window() {
     backend_.download(t, host);
     return std::vector<double>(host.begin(), host.end());
   };
-  auto record = [&](const std::string& prefix, const std::vector<Tensor>& ts,
-                    const std::vector<ref::ParameterInfo>& names) {
-    for (std::size_t p = 0; p < ts.size(); ++p)
-      out.tensors.push_back({prefix + names[p].name, ts[p].rows, ts[p].cols, download(ts[p])});
+  auto counter = [&](Counter c) {
+    switch (c) {
+      case Counter::step: return static_cast<double>(step_);
+      case Counter::loss_scale: return loss_scale_;
+      case Counter::good_steps: return static_cast<double>(good_steps_);
+      case Counter::skipped: break;
+    }
+    return skipped_ ? 1.0 : 0.0;
   };
-  auto scalar = [&](const std::string& name, double v) { out.tensors.push_back({"state/" + name, 1, 1, {v}}); };
-  const ref::ModelSpec& m = scenario_->spec.model;
-  record("grad/", grads_, ref::parameter_layout(m));
-  record("param/", params_, ref::parameter_layout(m));
-  record("stats/", buffers_, ref::buffer_layout(m));
-  for (const OptimizerStateInfo& o : optimizer_state_layout(scenario_->spec)) {
-    const Tensor& t = (o.second_moment ? optimizer_b_ : optimizer_a_)[o.parameter];
-    out.tensors.push_back({"state/" + o.name, t.rows, t.cols, download(t)});
-  }
-  scalar("step", static_cast<double>(step_));
-  if (procedure().loss_scaling.dynamic) {
-    scalar("loss_scale", loss_scale_);
-    scalar("good_steps", static_cast<double>(good_steps_));
-    scalar("skipped", skipped_ ? 1.0 : 0.0);
+  for (const RecordEntry& e : scenario_->schema.entries) {
+    RunTensor t{e.name, e.kind, e.rows, e.cols, {}};
+    switch (e.kind) {
+      case RecordKind::gradient: t.values = download(grads_[e.index]); break;
+      case RecordKind::parameter: t.values = download(params_[e.index]); break;
+      case RecordKind::statistic: t.values = download(buffers_[e.index]); break;
+      case RecordKind::optimizer_state:
+        t.values = download((e.moment == 1 ? first_moment_ : second_moment_)[e.index]);
+        break;
+      case RecordKind::counter: t.values = {counter(e.counter)}; break;
+    }
+    out.tensors.push_back(std::move(t));
   }
   return out;
 }
@@ -284,7 +279,7 @@ double TrainingLoop::learning_rate() {
 
 void TrainingLoop::optimizer_step() {
   backend_.optimizer_step(make_optimizer_step(procedure().optimizer, learning_rate(), step_), params_, grads_,
-                          optimizer_a_, optimizer_b_);
+                          first_moment_, second_moment_);
   ++step_;
 }
 
@@ -295,7 +290,7 @@ double TrainingLoop::forward_loss_backward(const ref::Batch& mb, float scale, co
   auto act = [&](std::size_t l) { return first_rows(activations_[l], rows); };
   auto dact = [&](std::size_t l) { return first_rows(activation_grads_[l], rows); };
   auto norm_stats = [&](std::size_t l, const NormConfig& c) {
-    const long groups = statistics_groups(c, rows, activations_[l].cols);
+    const long groups = norm_geometry(c, rows, activations_[l].cols).group_count();
     return std::make_pair(Tensor{saved_mean_[l].data, 1, groups, DType::f32},
                           Tensor{saved_rstd_[l].data, 1, groups, DType::f32});
   };

@@ -10,15 +10,17 @@
 // The loop is a policy: each step is a virtual function, so that the bugs
 // that live in the loop rather than in a kernel (step or zero_grad per
 // micro-batch, wrong normalizer, clip or schedule per micro-batch, bad
-// slicing) are small subclasses in kernels/mutants. The loop owns the
+// slicing) are small subclasses in harness/loop_mutants. The loop owns the
 // backend tensors of one run.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "harness/runs.h"
+#include "harness/run_record.h"
 #include "harness/scenario.h"
 #include "kernels/backend.h"
 
@@ -36,9 +38,9 @@ class TrainingLoop {
   TrainingLoop& operator=(const TrainingLoop&) = delete;
 
   // Runs every window of `split` on the scenario's data, from its initial
-  // state. Records after each window its gradient, the parameters, the
-  // BatchNorm running statistics and the optimizer / loss-scaler state
-  // (harness/runs.h).
+  // state. Records after each window what the scenario's schema names
+  // (harness/run_record.h): the gradient, the parameters, the BatchNorm
+  // running statistics and the optimizer / loss-scaler state.
   KernelRun run(const Scenario& scenario, const Split& split);
 
  protected:
@@ -72,7 +74,7 @@ class TrainingLoop {
   std::vector<Tensor> grads_;           // accumulation buffers
   std::vector<Tensor> staging_;         // compensated mode: one micro-batch's gradient, float32
   std::vector<Tensor> compensation_;    // compensated mode: Kahan terms, accumulation dtype
-  std::vector<Tensor> optimizer_a_, optimizer_b_;  // optimizer state, float32
+  std::vector<Tensor> first_moment_, second_moment_;  // optimizer state, float32
   std::vector<Tensor> activations_;     // input of each layer, then the output; max rows
   std::vector<Tensor> activation_grads_;
   std::vector<Tensor> saved_mean_, saved_rstd_;  // per layer (empty unless a normalizer)
@@ -94,5 +96,10 @@ class TrainingLoop {
   KernelWindow record_window();
   std::vector<Tensor*> owned_;
 };
+
+// Builds the training loop a run uses; the correct loop by default, a
+// mutant's loop in the self-test.
+using LoopFactory = std::function<std::unique_ptr<TrainingLoop>(Backend&)>;
+LoopFactory correct_loop();
 
 }  // namespace gradeq

@@ -129,11 +129,12 @@ class Backend {
   virtual float global_norm(std::span<const Tensor> ts) = 0;
   virtual bool all_finite(std::span<const Tensor> ts) = 0;
 
-  // ---- optimizer: one step on every parameter. state_a / state_b are the
-  // optimizer's per-parameter state (momentum buffer; Adam's m and v).
+  // ---- optimizer: one step on every parameter. first_moment and
+  // second_moment are the optimizer's per-parameter state: SGD's momentum
+  // buffer (first; unused without momentum), Adam's m (first) and v (second).
   virtual void optimizer_step(const OptimizerStep& step, std::span<const Tensor> params,
-                              std::span<const Tensor> grads, std::span<const Tensor> state_a,
-                              std::span<const Tensor> state_b) = 0;
+                              std::span<const Tensor> grads, std::span<const Tensor> first_moment,
+                              std::span<const Tensor> second_moment) = 0;
 
   // ---- determinism: when on, results are bitwise identical run to run.
   virtual void set_deterministic(bool on) = 0;

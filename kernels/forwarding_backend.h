@@ -57,8 +57,8 @@ class ForwardingBackend : public Backend {
   float global_norm(std::span<const Tensor> ts) override { return inner_.global_norm(ts); }
   bool all_finite(std::span<const Tensor> ts) override { return inner_.all_finite(ts); }
   void optimizer_step(const OptimizerStep& step, std::span<const Tensor> params, std::span<const Tensor> grads,
-                      std::span<const Tensor> state_a, std::span<const Tensor> state_b) override {
-    inner_.optimizer_step(step, params, grads, state_a, state_b);
+                      std::span<const Tensor> first_moment, std::span<const Tensor> second_moment) override {
+    inner_.optimizer_step(step, params, grads, first_moment, second_moment);
   }
   void set_deterministic(bool on) override { inner_.set_deterministic(on); }
   bool deterministic() const override { return inner_.deterministic(); }

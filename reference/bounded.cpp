@@ -61,7 +61,7 @@ double reduction_gamma(long n, double u) {
   return nu < 1.0 ? nu / (1.0 - nu) : kInf;
 }
 
-double combined_bound(const KernelError& e) {
+double combined_bound(const ErrorParts& e) {
   const RoundingModel& m = rounding_model();
   if (m.reduction == ReductionBound::deterministic) return e.systematic + e.random;
   const double scaled = m.confidence * e.scale;

@@ -4,8 +4,8 @@
 // T = double it is plain float64 math (golden and finite-difference tests).
 // With T = Bounded every operation also propagates, to first order plus the
 // second-order terms that are cheap to keep, an upper bound on
-//   kernel:    |result of a float32/bfloat16/float16 kernel − exact result|
-//   reference: |this float64 result − exact result|
+//   kernel_bound: |result of a float32/bfloat16/float16 kernel − exact result|
+//   reference:    |this float64 result − exact result|
 // for a kernel that evaluates the same expression in float32 registers and
 // stores tensors in the dtypes of the active RoundingModel. This is running
 // error analysis done by operator overloading; docs/NUMERICS.md derives each
@@ -134,41 +134,41 @@ inline double reference_gamma(long n) {
 //   deterministic form:   systematic + random
 //   probabilistic form:   systematic + min(random, lambda * scale)
 // (NUMERICS §2).
-struct KernelError {
+struct ErrorParts {
   double systematic = 0.0, random = 0.0, scale = 0.0;
 };
 
 struct Bounded {
   double value = 0.0;
-  double kernel = 0.0;     // bound on |kernel − exact|: combined from `error`
-  KernelError error;
-  double reference = 0.0;  // bound on |value − exact|
+  double kernel_bound = 0.0;  // bound on |kernel − exact|, combined from the parts by the active form
+  ErrorParts kernel_parts;    // the kernel error in parts: systematic, random hard bound, random scale
+  double reference = 0.0;     // bound on |value − exact| of this float64 value
 
   Bounded() = default;
   // A constant (or input) that enters the kernel as a float32: its kernel
   // error is exactly the float32 rounding of c (systematic: every use of
   // the constant shares it), zero for data generated as float32 values.
   explicit Bounded(double c) : value(c) {
-    error.systematic = std::abs(static_cast<double>(static_cast<float>(c)) - c);
-    kernel = error.systematic;
+    kernel_parts.systematic = std::abs(static_cast<double>(static_cast<float>(c)) - c);
+    kernel_bound = kernel_parts.systematic;
   }
   // A value with a systematic kernel bound k.
-  static Bounded with_bounds(double v, double k, double r) { return with_error(v, {k, 0.0, 0.0}, r); }
-  static Bounded with_error(double v, const KernelError& e, double r);
+  static Bounded with_bounds(double v, double k, double r) { return with_parts(v, {k, 0.0, 0.0}, r); }
+  static Bounded with_parts(double v, const ErrorParts& e, double r);
 };
 
 namespace detail {
 // c times an error; an exactly zero factor leaves no error, even where a
 // part's hard bound is loose (Inf).
-inline KernelError scaled(const KernelError& e, double c) {
+inline ErrorParts scaled(const ErrorParts& e, double c) {
   if (c == 0.0) return {};
   return {c * e.systematic, c * e.random, c * e.scale};
 }
-inline KernelError plus(const KernelError& a, const KernelError& b) {
+inline ErrorParts plus(const ErrorParts& a, const ErrorParts& b) {
   return {a.systematic + b.systematic, a.random + b.random, a.scale + b.scale};
 }
 // One operation's own rounding rho: random, in both of its forms.
-inline KernelError with_rounding(KernelError e, double rho) {
+inline ErrorParts with_rounding(ErrorParts e, double rho) {
   e.random += rho;
   e.scale += rho;
   return e;
@@ -176,21 +176,21 @@ inline KernelError with_rounding(KernelError e, double rho) {
 }  // namespace detail
 
 // The bound the active form gives for an error.
-double combined_bound(const KernelError& e);
+double combined_bound(const ErrorParts& e);
 // The deterministic (hard) bound of the same error, for claims that must
 // hold without exception: whether a store may or must overflow.
-inline double hard_bound(const KernelError& e) { return e.systematic + e.random; }
+inline double hard_bound(const ErrorParts& e) { return e.systematic + e.random; }
 
-inline Bounded Bounded::with_error(double v, const KernelError& e, double r) {
+inline Bounded Bounded::with_parts(double v, const ErrorParts& e, double r) {
   Bounded b;
   b.value = v;
-  b.error = e;
-  for (double* part : {&b.error.systematic, &b.error.random, &b.error.scale})
+  b.kernel_parts = e;
+  for (double* part : {&b.kernel_parts.systematic, &b.kernel_parts.random, &b.kernel_parts.scale})
     if (std::isnan(*part)) *part = kInf;
-  b.kernel = combined_bound(e);
-  if (std::isnan(b.kernel)) {
-    b.kernel = kInf;
-    b.error.systematic = kInf;
+  b.kernel_bound = combined_bound(e);
+  if (std::isnan(b.kernel_bound)) {
+    b.kernel_bound = kInf;
+    b.kernel_parts.systematic = kInf;
   }
   b.reference = std::isnan(r) ? kInf : r;
   return b;
@@ -229,15 +229,15 @@ inline constexpr double kFloat32OverflowThreshold = 0x1.ffffffp127;
 inline double unless_overflow(double v, double k) {
   return std::isnan(k) || std::abs(v) + k >= kFloat32OverflowThreshold ? kInf : k;
 }
-inline KernelError unless_overflow(double v, KernelError e) {
+inline ErrorParts unless_overflow(double v, ErrorParts e) {
   if (std::isinf(unless_overflow(v, combined_bound(e)))) e.systematic = kInf;
   return e;
 }
 
 // The result of one operation: propagated error e plus its own rounding.
-inline Bounded rounded(double v, const KernelError& e, double r, bool exact) {
+inline Bounded rounded(double v, const ErrorParts& e, double r, bool exact) {
   const double rho = arithmetic_rounding(v, combined_bound(e), exact);
-  return Bounded::with_error(v, unless_overflow(v, with_rounding(e, rho)), r + reference_rounding(v, r, exact));
+  return Bounded::with_parts(v, unless_overflow(v, with_rounding(e, rho)), r + reference_rounding(v, r, exact));
 }
 
 // A nonlinear rule err(x, e) — the largest change of the result when the
@@ -245,8 +245,8 @@ inline Bounded rounded(double v, const KernelError& e, double r, bool exact) {
 // than linearly, err(total) exceeds the parts' sum: the excess is counted
 // as systematic, so the bound never falls below err(total).
 template <class Rule>
-KernelError through(const KernelError& e, Rule&& err) {
-  KernelError out{err(e.systematic), err(e.random), err(e.scale)};
+ErrorParts through(const ErrorParts& e, Rule&& err) {
+  ErrorParts out{err(e.systematic), err(e.random), err(e.scale)};
   const double total = err(combined_bound(e));
   const double parts = combined_bound(out);
   if (!(parts >= total)) out.systematic += total - parts;
@@ -254,11 +254,11 @@ KernelError through(const KernelError& e, Rule&& err) {
 }
 }  // namespace detail
 
-inline Bounded operator-(const Bounded& a) { return Bounded::with_error(-a.value, a.error, a.reference); }
+inline Bounded operator-(const Bounded& a) { return Bounded::with_parts(-a.value, a.kernel_parts, a.reference); }
 
 inline Bounded operator+(const Bounded& a, const Bounded& b) {
   const double v = a.value + b.value;
-  return detail::rounded(v, detail::plus(a.error, b.error), a.reference + b.reference,
+  return detail::rounded(v, detail::plus(a.kernel_parts, b.kernel_parts), a.reference + b.reference,
                          detail::sum_exact(a.value, b.value, v));
 }
 
@@ -268,8 +268,8 @@ inline Bounded operator-(const Bounded& a, const Bounded& b) { return a + (-b); 
 // The second-order term counts as systematic.
 inline Bounded operator*(const Bounded& a, const Bounded& b) {
   const double v = a.value * b.value;
-  KernelError e = detail::plus(detail::scaled(b.error, std::abs(a.value)), detail::scaled(a.error, std::abs(b.value)));
-  e.systematic += a.kernel * b.kernel;
+  ErrorParts e = detail::plus(detail::scaled(b.kernel_parts, std::abs(a.value)), detail::scaled(a.kernel_parts, std::abs(b.value)));
+  e.systematic += a.kernel_bound * b.kernel_bound;
   const double r = std::abs(a.value) * b.reference + std::abs(b.value) * a.reference + a.reference * b.reference;
   return detail::rounded(v, e, r, detail::product_exact(a.value, b.value, v));
 }
@@ -286,18 +286,18 @@ inline double quotient_error(double x, double ex, double y, double ey) {
 
 // x / y with both operands uncertain: the numerator's parts scale by 1/|y|;
 // the denominator's error enters through the nonlinear rule.
-inline KernelError quotient_parts(const Bounded& a, const Bounded& b,
+inline ErrorParts quotient_parts(const Bounded& a, const Bounded& b,
                                   double (*denominator_rule)(double x, double y, double ey, double floor), double floor) {
   const double ay = std::abs(b.value);
-  KernelError e = through(b.error, [&](double ey) { return denominator_rule(a.value, b.value, ey, floor); });
-  const double k_total = denominator_rule(a.value, b.value, b.kernel, floor);
+  ErrorParts e = through(b.kernel_parts, [&](double ey) { return denominator_rule(a.value, b.value, ey, floor); });
+  const double k_total = denominator_rule(a.value, b.value, b.kernel_bound, floor);
   if (std::isinf(k_total) || ay == 0.0) {
     e.systematic = kInf;
     return e;
   }
   // Numerator error over the smallest the denominator can be.
-  const double lowest = ay - (floor > 0.0 ? std::min(b.kernel, ay - std::max(floor * (1.0 - 0x1p-22), 0.0)) : b.kernel);
-  return plus(e, scaled(a.error, 1.0 / lowest));
+  const double lowest = ay - (floor > 0.0 ? std::min(b.kernel_bound, ay - std::max(floor * (1.0 - 0x1p-22), 0.0)) : b.kernel_bound);
+  return plus(e, scaled(a.kernel_parts, 1.0 / lowest));
 }
 
 // |x| |1/y' - 1/y| for |y' - y| <= ey: the denominator's part of a quotient.
@@ -344,7 +344,7 @@ inline Bounded divide_by_positive(const Bounded& a, const Bounded& d, double flo
 // them, so in their sums it does not average out. Its whole bound becomes
 // systematic.
 inline double shared(double x) { return x; }
-inline Bounded shared(const Bounded& x) { return Bounded::with_error(x.value, {x.kernel, 0.0, 0.0}, x.reference); }
+inline Bounded shared(const Bounded& x) { return Bounded::with_parts(x.value, {x.kernel_bound, 0.0, 0.0}, x.reference); }
 
 // A quantity known to lie within [-radius, radius] in exact arithmetic and
 // in the kernel (an invariant of the algorithm, e.g. Adam's |m| / sqrt(v)):
@@ -352,7 +352,7 @@ inline Bounded shared(const Bounded& x) { return Bounded::with_error(x.value, {x
 inline double within_radius(double x, double) { return x; }
 inline Bounded within_radius(const Bounded& x, double radius) {
   Bounded out = x;
-  if (!(x.kernel <= 2.0 * radius)) out = Bounded::with_error(x.value, {2.0 * radius, 0.0, 0.0}, x.reference);
+  if (!(x.kernel_bound <= 2.0 * radius)) out = Bounded::with_parts(x.value, {2.0 * radius, 0.0, 0.0}, x.reference);
   if (!(out.reference <= 2.0 * radius)) out.reference = 2.0 * radius;
   return out;
 }
@@ -368,22 +368,22 @@ inline double value_of(double x) { return x; }
 inline double value_of(const Bounded& x) { return x.value; }
 
 inline double abs(double x) { return std::abs(x); }
-inline Bounded abs(const Bounded& x) { return Bounded::with_error(std::abs(x.value), x.error, x.reference); }
+inline Bounded abs(const Bounded& x) { return Bounded::with_parts(std::abs(x.value), x.kernel_parts, x.reference); }
 
 inline double max(double a, double b) { return std::max(a, b); }
 inline double min(double a, double b) { return std::min(a, b); }
 // max and min are 1-Lipschitz in each argument: the larger error, part by part.
 namespace detail {
-inline KernelError larger(const KernelError& a, const KernelError& b) {
+inline ErrorParts larger(const ErrorParts& a, const ErrorParts& b) {
   return {std::max(a.systematic, b.systematic), std::max(a.random, b.random), std::max(a.scale, b.scale)};
 }
 }  // namespace detail
 inline Bounded max(const Bounded& a, const Bounded& b) {
-  return Bounded::with_error(std::max(a.value, b.value), detail::larger(a.error, b.error),
+  return Bounded::with_parts(std::max(a.value, b.value), detail::larger(a.kernel_parts, b.kernel_parts),
                              std::max(a.reference, b.reference));
 }
 inline Bounded min(const Bounded& a, const Bounded& b) {
-  return Bounded::with_error(std::min(a.value, b.value), detail::larger(a.error, b.error),
+  return Bounded::with_parts(std::min(a.value, b.value), detail::larger(a.kernel_parts, b.kernel_parts),
                              std::max(a.reference, b.reference));
 }
 
@@ -395,7 +395,7 @@ inline double positive_step(double x) { return x > 0.0 ? 1.0 : 0.0; }
 inline Bounded positive_step(const Bounded& x) {
   const double v = x.value > 0.0 ? 1.0 : 0.0;
   const auto uncertain = [&](double e) { return e > 0.0 && std::abs(x.value) <= e ? 1.0 : 0.0; };
-  return Bounded::with_bounds(v, uncertain(x.kernel), uncertain(x.reference));
+  return Bounded::with_bounds(v, uncertain(x.kernel_bound), uncertain(x.reference));
 }
 
 namespace detail {
@@ -433,9 +433,9 @@ namespace detail {
 // plus the library function's own error.
 template <class Error>
 Bounded unary(const Bounded& x, double v, Error&& err) {
-  const KernelError e = through(x.error, [&](double part) { return err(x.value, part); });
+  const ErrorParts e = through(x.kernel_parts, [&](double part) { return err(x.value, part); });
   const double rho = transcendental_rounding(v, combined_bound(e));
-  return Bounded::with_error(v, unless_overflow(v, with_rounding(e, rho)),
+  return Bounded::with_parts(v, unless_overflow(v, with_rounding(e, rho)),
                              err(x.value, x.reference) + reference_transcendental_rounding(v));
 }
 }  // namespace detail
@@ -469,19 +469,19 @@ inline Bounded store(const Bounded& x, Storage where) {
   // happen is judged with the hard bound. The value is unbounded only where
   // the active bound reaches the threshold.
   if (std::isfinite(f.overflow_threshold)) {
-    const double hard = hard_bound(x.error);
+    const double hard = hard_bound(x.kernel_parts);
     if (!(std::abs(x.value) + hard < f.overflow_threshold))
       count_overflow(true, std::abs(x.value) - hard >= f.overflow_threshold);
-    if (!(std::abs(x.value) + x.kernel < f.overflow_threshold) && !stores_known_finite()) {
-      KernelError e = x.error;
+    if (!(std::abs(x.value) + x.kernel_bound < f.overflow_threshold) && !stores_known_finite()) {
+      ErrorParts e = x.kernel_parts;
       e.systematic = kInf;
-      return Bounded::with_error(x.value, e, x.reference);
+      return Bounded::with_parts(x.value, e, x.reference);
     }
   }
   if (f.unit_roundoff == 0.0) return x;  // same format as the registers
-  if (x.kernel == 0.0 && representable(x.value, f.significand_bits, f.min_exponent)) return x;
-  const double rho = f.unit_roundoff * (std::abs(x.value) + x.kernel) + f.underflow_floor;
-  return Bounded::with_error(x.value, detail::with_rounding(x.error, rho), x.reference);
+  if (x.kernel_bound == 0.0 && representable(x.value, f.significand_bits, f.min_exponent)) return x;
+  const double rho = f.unit_roundoff * (std::abs(x.value) + x.kernel_bound) + f.underflow_floor;
+  return Bounded::with_parts(x.value, detail::with_rounding(x.kernel_parts, rho), x.reference);
 }
 
 // An input of the computation (data, the compute copy of the weights)
@@ -505,7 +505,7 @@ inline Bounded quantize(const Bounded& x, Storage where) {
     if (!(std::abs(x.value) + e < f.overflow_threshold)) return kInf;
     return std::max(std::abs(rounded_value(x.value - e) - v), std::abs(rounded_value(x.value + e) - v));
   };
-  return Bounded::with_error(v, {spread(x.kernel), 0.0, 0.0}, spread(x.reference));
+  return Bounded::with_parts(v, {spread(x.kernel_bound), 0.0, 0.0}, spread(x.reference));
 }
 
 // Sum of n terms term(0..n-1), in whatever order the kernel chooses.
@@ -529,7 +529,7 @@ int granularity_exponent(double x);
 namespace detail {
 struct SumOfErrors {
   double systematic = 0.0, random = 0.0, scale_squares = 0.0;
-  void add(const KernelError& e) {
+  void add(const ErrorParts& e) {
     systematic += e.systematic;
     random += e.random;
     scale_squares += e.scale * e.scale;
@@ -537,7 +537,7 @@ struct SumOfErrors {
   // Terms of equal value come from the same computation on the same
   // numbers (a constant row, a repeated sample): the kernel rounds them
   // alike, so their scales add linearly before the quadrature.
-  void add_grouped(std::vector<std::pair<double, KernelError>>& terms) {
+  void add_grouped(std::vector<std::pair<double, ErrorParts>>& terms) {
     std::sort(terms.begin(), terms.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     for (std::size_t i = 0; i < terms.size();) {
       double scale = 0.0;
@@ -551,7 +551,7 @@ struct SumOfErrors {
       i = j;
     }
   }
-  KernelError with_rounding(long n, double u, double magnitude, double rounding_hard) const {
+  ErrorParts with_rounding(long n, double u, double magnitude, double rounding_hard) const {
     return {systematic, random + rounding_hard,
             std::sqrt(scale_squares) + std::sqrt(static_cast<double>(n)) * u * magnitude};
   }
@@ -562,18 +562,18 @@ template <class F>
 Bounded reduce_sum(long n, F&& term, const Bounded& /*tag*/) {
   double v = 0.0, r = 0.0, magnitude = 0.0, kernel_magnitude = 0.0;
   detail::SumOfErrors errors;
-  std::vector<std::pair<double, KernelError>> term_errors;
+  std::vector<std::pair<double, ErrorParts>> term_errors;
   term_errors.reserve(static_cast<std::size_t>(n));
   bool exact_terms = true;
   int granularity = 1 << 20;
   for (long i = 0; i < n; ++i) {
     const Bounded t = term(i);
     v += t.value;
-    term_errors.emplace_back(t.value, t.error);
-    exact_terms = exact_terms && t.kernel == 0.0;
+    term_errors.emplace_back(t.value, t.kernel_parts);
+    exact_terms = exact_terms && t.kernel_bound == 0.0;
     r += t.reference;
     magnitude += std::abs(t.value);
-    kernel_magnitude += std::abs(t.value) + t.kernel;
+    kernel_magnitude += std::abs(t.value) + t.kernel_bound;
     if (t.value != 0.0) granularity = std::min(granularity, granularity_exponent(t.value));
   }
   const auto exact_in = [&](int bits, bool exact) {
@@ -582,10 +582,10 @@ Bounded reduce_sum(long n, F&& term, const Bounded& /*tag*/) {
   errors.add_grouped(term_errors);
   const RoundingModel& m = rounding_model();
   const bool exact = exact_in(24, exact_terms);
-  const KernelError e = errors.with_rounding(n, exact ? 0.0 : m.reduction_u, kernel_magnitude,
+  const ErrorParts e = errors.with_rounding(n, exact ? 0.0 : m.reduction_u, kernel_magnitude,
                                              exact ? 0.0 : reduction_gamma(n, m.reduction_u) * kernel_magnitude);
   if (!exact_in(53, r == 0.0)) r += reference_gamma(n) * magnitude;
-  return Bounded::with_error(v, detail::unless_overflow(kernel_magnitude, e), r);
+  return Bounded::with_parts(v, detail::unless_overflow(kernel_magnitude, e), r);
 }
 
 namespace detail {
@@ -594,7 +594,7 @@ namespace detail {
 // threshold (counted, for the loss scaler) and must when |value| minus it
 // does; where the active bound gets there, the error is unbounded unless
 // the kernel is known to have stored finite values.
-inline void buffer_overflow(double reach, double value, const StorageFormat& f, KernelError& e) {
+inline void buffer_overflow(double reach, double value, const StorageFormat& f, ErrorParts& e) {
   if (!std::isfinite(f.overflow_threshold)) return;
   if (!(reach + hard_bound(e) < f.overflow_threshold))
     count_overflow(true, std::abs(value) - hard_bound(e) >= f.overflow_threshold);
@@ -626,10 +626,10 @@ Bounded compensated_sum(long n, F&& term, Storage where, const Bounded& /*tag*/)
   for (long i = 0; i < n; ++i) {
     const Bounded t = term(i);
     v += t.value;
-    errors.add(t.error);
+    errors.add(t.kernel_parts);
     r += t.reference;
     magnitude += std::abs(t.value);
-    kernel_magnitude += std::abs(t.value) + t.kernel;
+    kernel_magnitude += std::abs(t.value) + t.kernel_bound;
   }
   const RoundingModel& m = rounding_model();
   const StorageFormat& f = m.format(where);
@@ -640,12 +640,12 @@ Bounded compensated_sum(long n, F&& term, Storage where, const Bounded& /*tag*/)
   const double kahan = denominator > 0.0 ? (3.0 * u + 8.0 * nd * u * u) / denominator * kernel_magnitude +
                                                4.0 * nd * (f.underflow_floor + m.arithmetic_floor)
                                          : kInf;
-  KernelError e = errors.with_rounding(n, 0.0, 0.0, kahan);
+  ErrorParts e = errors.with_rounding(n, 0.0, 0.0, kahan);
   e.scale += kahan;
   r += reference_gamma(n) * magnitude;
   // Every partial sum is at most sum |t_i| (+ errors).
   detail::buffer_overflow(kernel_magnitude, v, f, e);
-  return Bounded::with_error(v, detail::unless_overflow(v, e), r);
+  return Bounded::with_parts(v, detail::unless_overflow(v, e), r);
 }
 
 // The accumulation buffer receiving n terms one after another: partial sum
@@ -670,7 +670,7 @@ Bounded accumulated_sum(long n, F&& term, Storage where, const Bounded& /*tag*/)
   const int e_min = f.unit_roundoff == 0.0 ? -126 : f.min_exponent;
   const double u = std::max(f.unit_roundoff, m.arithmetic_u);
   double v = 0.0, r = 0.0, magnitude = 0.0;
-  KernelError e;
+  ErrorParts e;
   double scale_squares = 0.0, term_scales = 0.0;
   bool exact = true;
   for (long b = 0; b < n; ++b) {
@@ -682,15 +682,15 @@ Bounded accumulated_sum(long n, F&& term, Storage where, const Bounded& /*tag*/)
     // Micro-batches may share error sources (the same rows computed alike):
     // their own errors add linearly; only the buffer's roundings below are
     // independent of each other.
-    e.systematic += t.error.systematic;
-    e.random += t.error.random;
-    term_scales += t.error.scale;
-    exact = exact && t.kernel == 0.0 && representable(v, p, e_min) && representable(v, 24, -126);
+    e.systematic += t.kernel_parts.systematic;
+    e.random += t.kernel_parts.random;
+    term_scales += t.kernel_parts.scale;
+    exact = exact && t.kernel_bound == 0.0 && representable(v, p, e_min) && representable(v, 24, -126);
     if (exact) continue;
     const double k = combined_bound(e);
     if (b == 0 && f.unit_roundoff == 0.0) continue;  // the first term lands in float32 exactly
     const double rho = (b == 0 ? f.unit_roundoff : u + f.unit_roundoff) * (std::abs(v) + k) + f.underflow_floor;
-    if (b > 0 && std::abs(t.value) + t.kernel < u * std::abs(before)) {
+    if (b > 0 && std::abs(t.value) + t.kernel_bound < u * std::abs(before)) {
       e.systematic += rho;  // stagnation: the rounding takes the term, always in its direction
     } else {
       e.random += rho;
@@ -700,7 +700,7 @@ Bounded accumulated_sum(long n, F&& term, Storage where, const Bounded& /*tag*/)
   }
   e.scale = term_scales + std::sqrt(scale_squares);
   if (!exact && n > 1) r += reference_gamma(n) * magnitude;
-  return Bounded::with_error(v, detail::unless_overflow(v, e), r);
+  return Bounded::with_parts(v, detail::unless_overflow(v, e), r);
 }
 
 // reduce<T>(n, term), accumulated<T>, compensated<T>: the generic entry points.

@@ -219,8 +219,8 @@ template <class T>
 struct TrainingState {
   Tensors<T> params;        // master weights
   Tensors<T> buffers;       // BatchNorm running statistics
-  Tensors<T> optimizer_a;   // SGD momentum buffer / Adam's m, per parameter
-  Tensors<T> optimizer_b;   // Adam's v, per parameter
+  Tensors<T> first_moment;   // per parameter: SGD's momentum buffer, Adam's m
+  Tensors<T> second_moment;  // per parameter: Adam's v
   long step = 0;            // optimizer steps taken (skipped windows do not count)
   double loss_scale = 1.0;  // the scale the next window uses
   long good_steps = 0;      // steps since the scale last changed (dynamic scaling)
@@ -231,8 +231,8 @@ TrainingState<T> initial_state(const ModelSpec& spec, const ProcedureConfig& con
   TrainingState<T> s;
   for (const auto& p : params) {
     s.params.push_back(lift<T>(p));
-    s.optimizer_a.push_back(zeros<T>(p.rows(), p.cols()));
-    s.optimizer_b.push_back(zeros<T>(p.rows(), p.cols()));
+    s.first_moment.push_back(zeros<T>(p.rows(), p.cols()));
+    s.second_moment.push_back(zeros<T>(p.rows(), p.cols()));
   }
   s.buffers = initial_buffers<T>(spec);
   s.loss_scale = config.loss_scaling.scale;
@@ -256,13 +256,13 @@ void optimizer_step(const ProcedureConfig& config, TrainingState<T>& state, Tens
   const double lr = o.lr * schedule_multiplier(config.schedule, state.step);
   for (std::size_t p = 0; p < state.params.size(); ++p) {
     if (o.kind == OptimizerKind::sgd) {
-      sgd_step(o, lr, state.step == 0, state.params[p], grads[p], state.optimizer_a[p]);
+      sgd_step(o, lr, state.step == 0, state.params[p], grads[p], state.first_moment[p]);
     } else {
-      adam_step(o, lr, state.step, state.params[p], grads[p], state.optimizer_a[p], state.optimizer_b[p]);
+      adam_step(o, lr, state.step, state.params[p], grads[p], state.first_moment[p], state.second_moment[p]);
     }
     state.params[p] = stored(state.params[p], Storage::master);
-    state.optimizer_a[p] = stored(state.optimizer_a[p], Storage::master);
-    state.optimizer_b[p] = stored(state.optimizer_b[p], Storage::master);
+    state.first_moment[p] = stored(state.first_moment[p], Storage::master);
+    state.second_moment[p] = stored(state.second_moment[p], Storage::master);
   }
   ++state.step;
 }

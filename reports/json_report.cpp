@@ -1,16 +1,11 @@
 // json_report.cpp — the complete machine-readable report.
 #include <cmath>
 
+#include "reports/json_number.h"
 #include "reports/report.h"
 
 namespace gradeq {
 namespace {
-
-// JSON has no Inf or NaN: non-finite numbers become strings.
-nlohmann::json number(double v) {
-  if (std::isfinite(v)) return v;
-  return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
-}
 
 nlohmann::json check_json(const TensorCheck& c) {
   return {{"tensor", c.name},
@@ -18,18 +13,18 @@ nlohmann::json check_json(const TensorCheck& c) {
           {"shape", {c.rows, c.cols}},
           {"dtype", std::string(dtype_name(c.dtype))},
           {"passed", c.passed()},
-          {"max_abs", number(c.metrics.max_abs)},
-          {"max_rel", number(c.metrics.max_rel)},
-          {"normwise_rel", number(c.metrics.normwise_rel)},
-          {"max_ulp", number(c.metrics.max_ulp)},
-          {"cosine", number(c.metrics.cosine)},
-          {"worst_ratio", number(c.worst_ratio)},
+          {"max_abs", json_number(c.metrics.max_abs)},
+          {"max_rel", json_number(c.metrics.max_rel)},
+          {"normwise_rel", json_number(c.metrics.normwise_rel)},
+          {"max_ulp", json_number(c.metrics.max_ulp)},
+          {"cosine", json_number(c.metrics.cosine)},
+          {"worst_ratio", json_number(c.worst_ratio)},
           {"worst_index", c.worst_index},
-          {"worst_error", number(c.worst_error)},
-          {"worst_bound", number(c.worst_bound)},
-          {"worst_expected", number(c.worst_expected)},
-          {"worst_actual", number(c.worst_actual)},
-          {"expected_norm", number(c.expected_norm)},
+          {"worst_error", json_number(c.worst_error)},
+          {"worst_bound", json_number(c.worst_bound)},
+          {"worst_expected", json_number(c.worst_expected)},
+          {"worst_actual", json_number(c.worst_actual)},
+          {"expected_norm", json_number(c.expected_norm)},
           {"non_finite_actual", c.non_finite_actual},
           {"unbounded", c.unbounded},
           {"failure", c.failure_reason()}};
@@ -38,7 +33,7 @@ nlohmann::json check_json(const TensorCheck& c) {
 nlohmann::json verdict_json(const Verdict& v) {
   nlohmann::json checks = nlohmann::json::array();
   for (const TensorCheck& c : v.checks) checks.push_back(check_json(c));
-  return {{"verdict", verdict_name(v.kind)}, {"status", status_name(v.status)}, {"worst_ratio", number(v.worst_ratio)},
+  return {{"verdict", verdict_name(v.kind)}, {"status", status_name(v.status)}, {"worst_ratio", json_number(v.worst_ratio)},
           {"note", v.note}, {"tensors", checks}};
 }
 
@@ -48,7 +43,7 @@ nlohmann::json report_json(const CheckReport& r) {
   nlohmann::json scenarios = nlohmann::json::array();
   for (const ScenarioResult& s : r.scenarios) {
     nlohmann::json shapes = nlohmann::json::array();
-    for (const ref::ParameterInfo& p : ref::parameter_layout(s.spec.model))
+    for (const ref::ParameterInfo& p : s.schema.parameters)
       shapes.push_back({{"parameter", p.name}, {"shape", {p.rows, p.cols}}});
     scenarios.push_back({{"name", s.spec.name},
                          {"passed", s.passed()},
@@ -74,7 +69,7 @@ nlohmann::json report_json(const CheckReport& r) {
     properties.push_back({{"name", p.name},
                           {"passed", p.passed},
                           {"cases", p.cases},
-                          {"worst_ratio", number(p.worst_ratio)},
+                          {"worst_ratio", json_number(p.worst_ratio)},
                           {"worst_case", p.worst_case},
                           {"discarded_vacuous", p.discarded_vacuous},
                           {"discarded_ill_conditioned", p.discarded_ill_conditioned},

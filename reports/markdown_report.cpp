@@ -35,7 +35,7 @@ void scenario_section(std::ostringstream& md, const ScenarioResult& s) {
   md << "### " << s.spec.name << " — " << (s.passed() ? "pass" : "**FAIL**") << "\n\n";
   md << "- model: `" << ref::describe(s.spec.model) << "`\n";
   md << "- parameters:";
-  for (const ref::ParameterInfo& p : ref::parameter_layout(s.spec.model))
+  for (const ref::ParameterInfo& p : s.schema.parameters)
     md << " " << p.name << " [" << p.rows << "×" << p.cols << "]";
   md << "\n";
   md << "- data: " << data_kind_name(s.spec.data) << "; input rows × features per sample: " << s.spec.model.positions
@@ -53,8 +53,8 @@ void scenario_section(std::ostringstream& md, const ScenarioResult& s) {
     const long last = s.math.checks.empty() ? 0 : s.math.checks.back().window;
     for (const TensorCheck& c : s.math.checks) {
       if (c.window != last) continue;
-      if (c.name.starts_with("grad/")) gradient = std::max(gradient, c.metrics.normwise_rel);
-      if (c.name.starts_with("stats/")) running = std::max(running, c.metrics.normwise_rel);
+      if (c.kind == RecordKind::gradient) gradient = std::max(gradient, c.metrics.normwise_rel);
+      if (c.kind == RecordKind::statistic) running = std::max(running, c.metrics.normwise_rel);
     }
     md << "- expected divergence (BatchNorm over micro-batches, not a kernel bug): in float64, R_acc departs from "
           "R_full by up to " << sci(gradient) << " (normwise, per gradient tensor, last window) and the running "

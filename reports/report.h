@@ -1,5 +1,6 @@
-// report.h — writers that render a CheckReport: report.json (everything,
-// for tools), report.md (for a reviewer), junit.xml (for CI systems).
+// report.h — writers that render the gate's results: report.json
+// (everything, for tools), report.md (for a reviewer), junit.xml (for CI
+// systems) and the console summaries the command line prints.
 // Writers only format; they compute nothing a reader could not recompute
 // from report.json.
 #pragma once
@@ -9,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/cli/gate.h"
-#include "harness/cli/selftest.h"
+#include "harness/gate/gate.h"
+#include "harness/gate/selftest.h"
 
 namespace gradeq {
 
@@ -23,6 +24,12 @@ nlohmann::json precision_sweep_json(const PrecisionSweep& sweep);
 std::string precision_sweep_markdown(const PrecisionSweep& sweep);
 std::string report_markdown(const CheckReport& report);
 std::string report_junit(const CheckReport& report);
+
+// What `gradeq check`, `gradeq selftest` and `gradeq list` print.
+std::string check_summary(const CheckReport& report);
+std::string selftest_summary(const SelfTestReport& report);
+// what: scenarios, properties, mutants, backends or all.
+std::string catalogue_listing(const std::string& what);
 
 // Writes report.json, report.md and junit.xml into dir (created if needed).
 void write_reports(const std::filesystem::path& dir, const CheckReport& report);

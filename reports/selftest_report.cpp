@@ -5,15 +5,11 @@
 
 #include <fmt/format.h>
 
+#include "reports/json_number.h"
 #include "reports/report.h"
 
 namespace gradeq {
 namespace {
-
-nlohmann::json finite_or_string(double v) {
-  if (std::isfinite(v)) return v;
-  return v > 0 ? "inf" : "nan";
-}
 
 std::string ratio_text(double v) { return std::isfinite(v) ? fmt::format("{:.3g}", v) : "∞ (non-finite or bitwise)"; }
 
@@ -23,7 +19,7 @@ nlohmann::json selftest_json(const SelfTestReport& r) {
   nlohmann::json correct = nlohmann::json::array();
   for (const PropertyRun& p : r.correct)
     correct.push_back({{"property", p.name}, {"passed", p.passed}, {"cases", p.cases},
-                       {"worst_ratio", finite_or_string(p.worst_ratio)}, {"message", p.message}});
+                       {"worst_ratio", json_number(p.worst_ratio)}, {"message", p.message}});
   nlohmann::json cells = nlohmann::json::array();
   for (const KillCell& c : r.cells)
     cells.push_back({{"mutant", c.mutant},
@@ -42,7 +38,7 @@ nlohmann::json selftest_json(const SelfTestReport& r) {
   for (const B16Threshold& t : r.b16) {
     nlohmann::json points = nlohmann::json::array();
     for (const ThresholdPoint& p : t.points)
-      points.push_back({{"micro_batches", p.micro_batches}, {"caught", p.caught}, {"ratio", finite_or_string(p.ratio)}});
+      points.push_back({{"micro_batches", p.micro_batches}, {"caught", p.caught}, {"ratio", json_number(p.ratio)}});
     b16.push_back({{"compute", std::string(dtype_name(t.compute))}, {"first_caught", t.first_caught}, {"points", points}});
   }
   nlohmann::json out = {{"backend", r.backend},       {"seed", r.seed},       {"cases", r.cases},
@@ -57,22 +53,22 @@ nlohmann::json selftest_json(const SelfTestReport& r) {
                     {"cases", m.cases},
                     {"detected", m.detected},
                     {"marginal", m.marginal},
-                    {"smallest_detecting_ratio", finite_or_string(m.smallest_detecting_ratio)},
+                    {"smallest_detecting_ratio", json_number(m.smallest_detecting_ratio)},
                     {"smallest_case", m.smallest_case},
-                    {"separation", finite_or_string(m.separation)},
+                    {"separation", json_number(m.separation)},
                     {"float32_cases", m.float32_cases},
                     {"float32_detected", m.float32_detected},
                     {"float32_marginal", m.float32_marginal},
-                    {"float32_smallest_detecting_ratio", finite_or_string(m.float32_smallest_ratio)},
+                    {"float32_smallest_detecting_ratio", json_number(m.float32_smallest_ratio)},
                     {"float32_smallest_case", m.float32_smallest_case},
-                    {"float32_separation", finite_or_string(m.float32_separation)}});
+                    {"float32_separation", json_number(m.float32_separation)}});
     nlohmann::json edges = nlohmann::json::array();
-    for (double e : c.bin_edges) edges.push_back(finite_or_string(e));
+    for (double e : c.bin_edges) edges.push_back(json_number(e));
     out["campaign"] = {{"cases", c.cases},
                        {"false_alarms", c.false_alarms},
                        {"false_alarm_cases", c.false_alarm_cases},
                        {"discarded", c.discarded},
-                       {"worst_ratio", c.worst_ratio},
+                       {"worst_ratio", json_number(c.worst_ratio)},
                        {"calibrated", c.calibrated()},
                        {"separation_goal", kSeparationGoal},
                        {"worst_case", c.worst_case},

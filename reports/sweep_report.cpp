@@ -5,12 +5,15 @@
 #include <sstream>
 
 #include "harness/precision_sweep.h"
+#include "reports/json_number.h"
 #include "reports/report.h"
 
 namespace gradeq {
 namespace {
 
-nlohmann::json statistic_json(const SweepStatistic& s) { return {{"mean", s.mean}, {"spread", s.spread}, {"max", s.max}}; }
+nlohmann::json statistic_json(const SweepStatistic& s) {
+  return {{"mean", json_number(s.mean)}, {"spread", json_number(s.spread)}, {"max", json_number(s.max)}};
+}
 
 std::string cell(const SweepStatistic& s) {
   if (s.max == 0.0) return "0";
@@ -97,7 +100,7 @@ nlohmann::json precision_sweep_json(const PrecisionSweep& sweep) {
                     {"micro_batches", r.micro_batches},
                     {"error", statistic_json(r.error)},
                     {"bound", statistic_json(r.bound)},
-                    {"worst_ratio", r.worst_ratio},
+                    {"worst_ratio", json_number(r.worst_ratio)},
                     {"gradient_norm_shift", statistic_json(r.norm_shift)}});
   return {{"model", sweep.model}, {"backend", sweep.backend}, {"micro_batch", sweep.options.micro_batch},
           {"seeds", sweep.options.seeds}, {"seed", sweep.options.seed}, {"rows", rows}};

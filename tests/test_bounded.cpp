@@ -47,8 +47,8 @@ TEST(Bounded, RandomExpressionsStayWithinTheirBound) {
       std::swap(a, b);
     }
     for (const Pair& p : {a, b}) {
-      if (!std::isfinite(p.b.kernel)) continue;
-      ASSERT_LE(std::abs(static_cast<double>(p.f) - p.b.value), p.b.kernel) << "trial " << trial;
+      if (!std::isfinite(p.b.kernel_bound)) continue;
+      ASSERT_LE(std::abs(static_cast<double>(p.f) - p.b.value), p.b.kernel_bound) << "trial " << trial;
       ++checked;
     }
   }
@@ -65,49 +65,49 @@ TEST(Bounded, ReductionBoundHoldsForEveryOrder) {
     float forward = 0.0f, backward = 0.0f;
     for (double v : x) forward += static_cast<float>(v);
     for (auto it = x.rbegin(); it != x.rend(); ++it) backward += static_cast<float>(*it);
-    EXPECT_LE(std::abs(forward - s.value), s.kernel);
-    EXPECT_LE(std::abs(backward - s.value), s.kernel);
+    EXPECT_LE(std::abs(forward - s.value), s.kernel_bound);
+    EXPECT_LE(std::abs(backward - s.value), s.kernel_bound);
   }
 }
 
 TEST(Bounded, ExactArithmeticHasNoError) {
   const Bounded a(3.0), b(0.25), c(-7.0);
   const Bounded r = (a * b + c) / Bounded(2.0);
-  EXPECT_EQ(r.kernel, 0.0);
+  EXPECT_EQ(r.kernel_bound, 0.0);
   EXPECT_EQ(r.reference, 0.0);
   const Bounded s = reduce<Bounded>(100, [&](long i) { return Bounded(static_cast<double>(i)) * b; });
   EXPECT_EQ(s.value, 0.25 * 4950);
-  EXPECT_EQ(s.kernel, 0.0);
+  EXPECT_EQ(s.kernel_bound, 0.0);
   // 2^24 + 1 is not a float32: the sum is not exact and gets a bound.
   const Bounded big = reduce<Bounded>(2, [&](long i) { return Bounded(i == 0 ? 16777216.0 : 1.0); });
-  EXPECT_GT(big.kernel, 0.0);
+  EXPECT_GT(big.kernel_bound, 0.0);
 }
 
 TEST(Bounded, InexactConstantsCarryTheirFloat32Rounding) {
   const Bounded tenth(0.1);
-  EXPECT_EQ(tenth.kernel, std::abs(static_cast<double>(0.1f) - 0.1));
-  EXPECT_EQ(Bounded(0.5).kernel, 0.0);
+  EXPECT_EQ(tenth.kernel_bound, std::abs(static_cast<double>(0.1f) - 0.1));
+  EXPECT_EQ(Bounded(0.5).kernel_bound, 0.0);
 }
 
 TEST(Bounded, StepIsUncertainOnlyWithinItsError) {
-  EXPECT_EQ(positive_step(Bounded(0.0)).kernel, 0.0);  // exact zero: branch is certain
-  EXPECT_EQ(positive_step(Bounded::with_bounds(1e-9, 1e-8, 0.0)).kernel, 1.0);
-  EXPECT_EQ(positive_step(Bounded::with_bounds(1e-7, 1e-8, 0.0)).kernel, 0.0);
+  EXPECT_EQ(positive_step(Bounded(0.0)).kernel_bound, 0.0);  // exact zero: branch is certain
+  EXPECT_EQ(positive_step(Bounded::with_bounds(1e-9, 1e-8, 0.0)).kernel_bound, 1.0);
+  EXPECT_EQ(positive_step(Bounded::with_bounds(1e-7, 1e-8, 0.0)).kernel_bound, 0.0);
 }
 
 TEST(Bounded, DivisionByAnUncertainZeroIsUnbounded) {
   const Bounded r = Bounded(1.0) / Bounded::with_bounds(1e-9, 1e-8, 0.0);
-  EXPECT_TRUE(std::isinf(r.kernel));
+  EXPECT_TRUE(std::isinf(r.kernel_bound));
 }
 
 TEST(Bounded, StorageRoundingFollowsTheModel) {
   RoundingModel m;
   m.compute = {0x1p-8, 0x1p-134, 8, -126};
   const ScopedRoundingModel scope(m);
-  EXPECT_EQ(store(Bounded(1.5), Storage::compute).kernel, 0.0);  // bf16 holds 1.5 exactly
+  EXPECT_EQ(store(Bounded(1.5), Storage::compute).kernel_bound, 0.0);  // bf16 holds 1.5 exactly
   const Bounded third = store(Bounded(1.0) / Bounded(3.0), Storage::compute);
-  EXPECT_GT(third.kernel, 0x1p-8 / 3.0);
-  EXPECT_LE(std::abs(static_cast<double>(static_cast<float>(1.0 / 3.0)) - 1.0 / 3.0), third.kernel);
+  EXPECT_GT(third.kernel_bound, 0x1p-8 / 3.0);
+  EXPECT_LE(std::abs(static_cast<double>(static_cast<float>(1.0 / 3.0)) - 1.0 / 3.0), third.kernel_bound);
 }
 
 // element::kahan_add of float32 terms into a bfloat16 / float16 buffer
@@ -144,7 +144,7 @@ TEST(Bounded, KahanIntoNarrowBuffersStaysWithinItsBound) {
                                                Storage::accumulate);
         ASSERT_NEAR(b.value, exact, 1e-12 * magnitude);
         const double error = std::abs(sum - exact);
-        ASSERT_LE(error, b.kernel) << dtype_name(d) << " n = " << n << " trial " << trial;
+        ASSERT_LE(error, b.kernel_bound) << dtype_name(d) << " n = " << n << " trial " << trial;
         const double nd = static_cast<double>(n);
         worst_over_textbook = std::max(worst_over_textbook, error / ((2.0 * u + 4.0 * nd * u * u) * magnitude));
       }

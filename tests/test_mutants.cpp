@@ -10,7 +10,7 @@
 #include "harness/backends.h"
 #include "harness/suite.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/mutants/mutants.h"
+#include "harness/mutants.h"
 #include "properties/properties.h"
 #include "support.h"
 

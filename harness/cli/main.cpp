@@ -1,10 +1,11 @@
-// main.cpp — the `gradeq` command line.
+// main.cpp — the `gradeq` command line: argument parsing and dispatch to
+// the gate layer (harness/gate) and the writers (reports/), nothing else.
 //
 //   gradeq check   [options]            the gate: exit 0 pass, 1 failure
 //   gradeq report  --out DIR [options]  the gate, plus report.json/.md and junit.xml
-//   gradeq sweep   norms|precision [--seeds N] [--out DIR]   the studies
+//   gradeq sweep   norms|precision [--seeds N] [--seed S] [--backend B] [--out DIR]   the studies
 //   gradeq selftest [--campaign N] [--out DIR]      every property vs every mutant
-//   gradeq list    [scenarios|properties|backends]
+//   gradeq list    [scenarios|properties|mutants|backends|all]
 //
 // Exit codes: 0 pass, 1 verification failure, 2 bad usage or input,
 // 3 environment (e.g. cuda asked for but unavailable).
@@ -22,11 +23,8 @@
 
 #include "harness/backends.h"
 #include "harness/config.h"
-#include "harness/cli/gate.h"
-#include "harness/dump.h"
-#include "harness/suite.h"
-#include "kernels/cpu/cpu_backend.h"
-#include "kernels/mutants/mutants.h"
+#include "harness/gate/gate.h"
+#include "harness/gate/selftest.h"
 #include "reports/report.h"
 
 namespace {
@@ -77,31 +75,6 @@ void end_progress() {
   if (stderr_is_terminal()) std::cerr << "\r\033[K" << std::flush;
 }
 
-void print_summary(const CheckReport& r) {
-  for (const ScenarioResult& s : r.scenarios) {
-    const std::string accumulation =
-        s.accumulation.status == Status::expected_divergence
-            ? fmt::format("accumulation: expected divergence ({:.1e} x bound)", s.accumulation.worst_ratio)
-            : fmt::format("accumulation err/bound {:.2e}", s.accumulation.worst_ratio);
-    std::cout << fmt::format("  {:4}  scenario {:30} {}  kernel {:.2e}  ({:.2f} s)\n", s.passed() ? "pass" : "FAIL",
-                             s.spec.name, accumulation, s.kernel.worst_ratio, s.seconds);
-    if (!s.passed()) std::cout << "        " << s.first_failure() << "\n";
-  }
-  for (const PropertyRun& p : r.properties) {
-    std::cout << fmt::format("  {:4}  property {:30} {} cases, worst err/bound {:.2e}, discarded {} vacuous + {} "
-                             "ill-conditioned  ({:.2f} s)\n",
-                             p.passed ? "pass" : "FAIL", p.name, p.cases, p.worst_ratio, p.discarded_vacuous,
-                             p.discarded_ill_conditioned, p.seconds);
-    if (!p.passed) {
-      std::cout << "        " << p.message << "\n";
-      if (!p.counterexample.empty()) std::cout << "        counterexample: " << p.counterexample << "\n";
-      if (!p.reproduce.empty()) std::cout << "        reproduce: RC_PARAMS=\"" << p.reproduce << "\"\n";
-    }
-  }
-  std::cout << fmt::format("result: {} ({} checks, {} failing) in {:.1f} s\n", r.passed() ? "PASS" : "FAIL",
-                           r.scenarios.size() + r.properties.size(), r.failures(), r.seconds);
-}
-
 int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir) {
   if (!a.dump_dir.empty() && a.scenarios.size() != 1)
     throw std::invalid_argument("--dump needs exactly one --scenario (see `gradeq list scenarios`)");
@@ -127,7 +100,7 @@ int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir) 
   const ProgressSink progress = make_progress();
   const CheckReport report = run_gate(options, *backend, correct_loop(), progress);
   end_progress();
-  print_summary(report);
+  std::cout << check_summary(report);
 
   if (report_dir) {
     write_reports(*report_dir, report);
@@ -138,11 +111,7 @@ int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir) 
     std::cout << "wrote " << a.junit_file << "\n";
   }
   if (!a.dump_dir.empty()) {
-    const std::vector<ScenarioSpec> suite = options.suite.empty() ? default_scenarios() : options.suite;
-    ScenarioSpec spec = *find_scenario(suite, a.scenarios.front());
-    spec.seed = mix_seed(a.seed, spec.seed);
-    const Scenario scenario = materialize(spec);
-    const int files = dump_scenario(a.dump_dir, scenario, execute(scenario, *backend, correct_loop(), options.model));
+    const int files = dump_scenario_run(options, *backend, a.scenarios.front(), a.dump_dir);
     std::cout << "wrote " << files << " files into " << a.dump_dir << " (manifest.json names them)\n";
   }
   return report.passed() ? kExitPass : kExitFail;
@@ -208,35 +177,7 @@ int run_selftest_command(const SelfTestArgs& a) {
   const ProgressSink progress = make_progress();
   const SelfTestReport report = run_selftest(options, *backend, progress);
   end_progress();
-  for (const PropertyRun& p : report.correct)
-    std::cout << fmt::format("  {:4}  correct code  {:30} {} cases, worst err/bound {:.2e}\n", p.passed ? "pass" : "FAIL",
-                             p.name, p.cases, p.worst_ratio);
-  for (const MutantSummary& m : report.mutants) {
-    std::string by;
-    for (const std::string& p : m.caught_by) by += (by.empty() ? "" : ", ") + p;
-    std::cout << fmt::format("  {:8}  {:4} {}\n", m.caught_by.empty() ? "SURVIVED" : "caught", m.id,
-                             m.caught_by.empty() ? m.bug : "by " + by);
-  }
-  for (const B16Threshold& t : report.b16)
-    std::cout << fmt::format("  B16 with {} compute: caught from N = {}\n", dtype_name(t.compute),
-                             t.first_caught < 0 ? "never (up to " + std::to_string(t.points.back().micro_batches) + ")"
-                                                : std::to_string(t.first_caught));
-  if (report.campaign) {
-    const Campaign& c = *report.campaign;
-    std::cout << fmt::format("  campaign: {} cases, {} false alarms, {} discarded, worst err/bound {:.6f} ({})\n",
-                             c.cases, c.false_alarms, c.discarded, c.worst_ratio,
-                             c.calibrated() ? "within 1/F = 0.5" : "ABOVE 1/F = 0.5: the error model is violated");
-    std::cout << fmt::format("    mutant  float32: detected (marginal)  smallest  separation | all: detected (marginal)"
-                             "  smallest  separation   [marginal: separation < {:g}]\n",
-                             kSeparationGoal);
-    for (const CampaignMutant& m : c.mutants)
-      std::cout << fmt::format("    {:4}   {:7}/{:<7} ({:6}) {:9.3g} {:11.3g} | {:7}/{:<7} ({:6}) {:9.3g} {:11.3g}\n", m.id,
-                               m.float32_detected, m.float32_cases, m.float32_marginal, m.float32_smallest_ratio,
-                               m.float32_separation, m.detected, m.cases, m.marginal, m.smallest_detecting_ratio,
-                               m.separation);
-  }
-  std::cout << fmt::format("selftest: {} ({} mutants, {} survived) in {:.1f} s\n", report.passed() ? "PASS" : "FAIL",
-                           report.mutants.size(), report.survivors().size(), report.seconds);
+  std::cout << selftest_summary(report);
   if (!a.out_dir.empty()) {
     write_text(std::filesystem::path(a.out_dir) / "selftest.json", selftest_json(report).dump(2) + "\n");
     write_text(std::filesystem::path(a.out_dir) / "selftest.md", selftest_markdown(report));
@@ -246,25 +187,7 @@ int run_selftest_command(const SelfTestArgs& a) {
 }
 
 int run_list(const std::string& what) {
-  if (what == "scenarios" || what == "all") {
-    std::cout << "scenarios:\n";
-    for (const ScenarioSpec& s : default_scenarios())
-      std::cout << fmt::format("  {:30} {}  split {}\n", s.name, ref::describe(s.model), describe_split(s.split));
-  }
-  if (what == "properties" || what == "all") {
-    std::cout << "properties:\n";
-    for (const Property& p : default_properties()) std::cout << fmt::format("  {:30} {}\n", p.name, p.description);
-  }
-  if (what == "mutants" || what == "all") {
-    std::cout << "mutants (gradeq selftest; B19 takes its CUDA form on the cuda backend):\n";
-    CpuBackend host;
-    for (const Mutant& m : mutants_for(host)) std::cout << fmt::format("  {:4} {}  [{}]\n", m.id, m.bug, m.source);
-  }
-  if (what == "backends" || what == "all") {
-    std::cout << "backends:\n";
-    for (const BackendInfo& b : list_backends())
-      std::cout << fmt::format("  {:6} {:12} {}\n", b.name, b.available ? "available" : "unavailable", b.detail);
-  }
+  std::cout << catalogue_listing(what);
   return kExitPass;
 }
 
@@ -287,12 +210,12 @@ int main(int argc, char** argv) {
   report->add_option("--out", out_dir, "Directory for the reports")->required();
 
   SweepArgs sweep_args;
-  CLI::App* sweep = app.add_subcommand("sweep", "Studies: how far normalizers diverge under accumulation");
+  CLI::App* sweep = app.add_subcommand("sweep", "Studies: normalizer divergence by micro-batch size (norms), buffer error by N (precision)");
   sweep->add_option("study", sweep_args.study, "norms or precision")->required()->check(CLI::IsMember({"norms", "precision"}));
   sweep->add_option("--backend", sweep_args.backend, "Backend for the precision study")->check(CLI::IsMember({"cpu", "cuda"}));
   sweep->add_option("--seeds", sweep_args.seeds, "Seeds per point (mean and spread)")->check(CLI::Range(1, 1000));
   sweep->add_option("--seed", sweep_args.seed, "Run seed")->check(CLI::PositiveNumber);
-  sweep->add_option("--out", sweep_args.out_dir, "Also write sweep_norms.json and sweep_norms.md here");
+  sweep->add_option("--out", sweep_args.out_dir, "Also write sweep_<study>.json and sweep_<study>.md here");
 
   SelfTestArgs selftest_args;
   CLI::App* selftest = app.add_subcommand("selftest", "Show the harness can fail: every property against every mutant");

@@ -10,6 +10,7 @@
 
 #include "kernels/check.h"
 #include "kernels/element_math.h"
+#include "kernels/norm_geometry.h"
 
 namespace gradeq {
 namespace {
@@ -17,46 +18,6 @@ namespace {
 float* values(const Tensor& t) { return static_cast<float*>(t.data); }
 
 std::size_t bytes_of(long count, DType t) { return static_cast<std::size_t>(count) * (t == DType::f32 ? 4 : 2); }
-
-void require_shape(const Tensor& t, long rows, long cols, const char* what) {
-  GRADEQ_REQUIRE(t.rows == rows && t.cols == cols,
-                 std::string(what) + ": expected [" + std::to_string(rows) + ", " + std::to_string(cols) +
-                     "], got [" + std::to_string(t.rows) + ", " + std::to_string(t.cols) + "]");
-}
-
-// Statistics groups of a normalizer: calls visit(count, element) where
-// element(i) is the flat index of the group's i-th element.
-template <class Visit>
-void for_each_group(const NormConfig& c, long rows, long cols, Visit&& visit) {
-  switch (c.kind) {
-    case NormKind::layer:
-    case NormKind::rms:
-      for (long r = 0; r < rows; ++r) visit(cols, [=](long i) { return r * cols + i; });
-      break;
-    case NormKind::batch:
-      for (long ch = 0; ch < cols; ++ch) visit(rows, [=](long i) { return i * cols + ch; });
-      break;
-    case NormKind::group: {
-      const long per_group = cols / c.groups;
-      for (long s = 0; s < rows / c.positions; ++s)
-        for (long g = 0; g < c.groups; ++g)
-          visit(c.positions * per_group, [=](long i) {
-            return (s * c.positions + i / per_group) * cols + g * per_group + i % per_group;
-          });
-      break;
-    }
-  }
-}
-
-long group_count(const NormConfig& c, long rows, long cols) {
-  switch (c.kind) {
-    case NormKind::layer:
-    case NormKind::rms: return rows;
-    case NormKind::batch: return cols;
-    case NormKind::group: return (rows / c.positions) * c.groups;
-  }
-  return 0;
-}
 
 }  // namespace
 
@@ -180,13 +141,15 @@ void CpuBackend::norm_forward(const NormConfig& c, const Tensor& x, const Tensor
   require_shape(gamma, 1, cols, "norm_forward gamma");
   if (centred) require_shape(beta, 1, cols, "norm_forward beta");
   require_shape(y, rows, cols, "norm_forward y");
-  const long groups = group_count(c, rows, cols);
+  const NormGeometry geo = norm_geometry(c, rows, cols);
+  const long groups = geo.group_count();
   require_shape(saved_mean, 1, groups, "norm_forward saved_mean");
   require_shape(saved_rstd, 1, groups, "norm_forward saved_rstd");
   const bool update_running = c.kind == NormKind::batch && !running_mean.empty();
   const float* xv = values(x);
-  long g = 0;
-  for_each_group(c, rows, cols, [&](long n, auto element) {
+  const long n = geo.group_size();
+  for (long g = 0; g < groups; ++g) {
+    const auto element = [&](long i) { return geo.element(g, i); };
     float mean = 0.0f;
     if (centred) {
       for (long i = 0; i < n; ++i) mean += xv[element(i)];
@@ -212,8 +175,7 @@ void CpuBackend::norm_forward(const NormConfig& c, const Tensor& x, const Tensor
       values(running_mean)[g] = (1.0f - c.momentum) * values(running_mean)[g] + c.momentum * mean;
       values(running_var)[g] = (1.0f - c.momentum) * values(running_var)[g] + c.momentum * unbiased;
     }
-    ++g;
-  });
+  }
 }
 
 void CpuBackend::norm_backward(const NormConfig& c, const Tensor& x, const Tensor& gamma, const Tensor& dy,
@@ -227,8 +189,10 @@ void CpuBackend::norm_backward(const NormConfig& c, const Tensor& x, const Tenso
   if (centred) require_shape(dbeta, 1, cols, "norm_backward dbeta");
   const float *xv = values(x), *dyv = values(dy), *gv = values(gamma);
   std::vector<float> x_hat(static_cast<std::size_t>(x.size()));
-  long g = 0;
-  for_each_group(c, rows, cols, [&](long n, auto element) {
+  const NormGeometry geo = norm_geometry(c, rows, cols);
+  const long n = geo.group_size();
+  for (long g = 0; g < geo.group_count(); ++g) {
+    const auto element = [&](long i) { return geo.element(g, i); };
     const float mean = values(saved_mean)[g], rstd = values(saved_rstd)[g];
     float mean_g = 0.0f, mean_gx = 0.0f;
     for (long i = 0; i < n; ++i) {
@@ -244,8 +208,7 @@ void CpuBackend::norm_backward(const NormConfig& c, const Tensor& x, const Tenso
       const long e = element(i);
       values(dx)[e] = round_to(rstd * (gv[e % cols] * dyv[e] - mean_g - x_hat[e] * mean_gx), dx.dtype);
     }
-    ++g;
-  });
+  }
   for (long ch = 0; ch < cols; ++ch) {
     float sum_gx = 0.0f, sum_d = 0.0f;
     for (long r = 0; r < rows; ++r) {
@@ -346,18 +309,18 @@ bool CpuBackend::all_finite(std::span<const Tensor> ts) {
 }
 
 void CpuBackend::optimizer_step(const OptimizerStep& s, std::span<const Tensor> params, std::span<const Tensor> grads,
-                                std::span<const Tensor> state_a, std::span<const Tensor> state_b) {
+                                std::span<const Tensor> first_moment, std::span<const Tensor> second_moment) {
   GRADEQ_REQUIRE(params.size() == grads.size(), "optimizer_step: list lengths differ");
-  const bool needs_a = s.kind != OptimizerKind::sgd || s.momentum != 0.0f;
-  const bool needs_b = s.kind != OptimizerKind::sgd;
-  GRADEQ_REQUIRE(!needs_a || state_a.size() == params.size(), "optimizer_step: missing first optimizer state");
-  GRADEQ_REQUIRE(!needs_b || state_b.size() == params.size(), "optimizer_step: missing second optimizer state");
+  const bool needs_first = s.kind != OptimizerKind::sgd || s.momentum != 0.0f;
+  const bool needs_second = s.kind != OptimizerKind::sgd;
+  GRADEQ_REQUIRE(!needs_first || first_moment.size() == params.size(), "optimizer_step: missing first optimizer state");
+  GRADEQ_REQUIRE(!needs_second || second_moment.size() == params.size(), "optimizer_step: missing second optimizer state");
   for (std::size_t t = 0; t < params.size(); ++t) {
     require_shape(grads[t], params[t].rows, params[t].cols, "optimizer_step grad");
     float* p = values(params[t]);
     const float* g = values(grads[t]);
-    float* a = needs_a ? values(state_a[t]) : nullptr;
-    float* b = needs_b ? values(state_b[t]) : nullptr;
+    float* a = needs_first ? values(first_moment[t]) : nullptr;
+    float* b = needs_second ? values(second_moment[t]) : nullptr;
     float unused = 0.0f;
     for (long i = 0; i < params[t].size(); ++i) {
       if (s.kind == OptimizerKind::sgd) {

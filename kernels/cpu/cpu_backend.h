@@ -48,7 +48,7 @@ class CpuBackend : public Backend {
   bool all_finite(std::span<const Tensor> ts) override;
 
   void optimizer_step(const OptimizerStep& step, std::span<const Tensor> params, std::span<const Tensor> grads,
-                      std::span<const Tensor> state_a, std::span<const Tensor> state_b) override;
+                      std::span<const Tensor> first_moment, std::span<const Tensor> second_moment) override;
 
   // One thread, fixed loop orders: always deterministic. Turning the mode
   // off permits non-determinism; nothing here needs it.

@@ -67,7 +67,7 @@ class CudaBackend : public Backend {
   bool all_finite(std::span<const Tensor> ts) override;
 
   void optimizer_step(const OptimizerStep& step, std::span<const Tensor> params, std::span<const Tensor> grads,
-                      std::span<const Tensor> state_a, std::span<const Tensor> state_b) override;
+                      std::span<const Tensor> first_moment, std::span<const Tensor> second_moment) override;
 
   // On by default. Off: the bias gradient of tall batches adds per-slice
   // partial sums with atomicAdd and cuBLAS may use atomics: faster, correct

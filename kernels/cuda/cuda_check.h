@@ -1,5 +1,5 @@
 // cuda_check.h — every CUDA runtime and cuBLAS call goes through these
-// macros: a failure raises gradeq::KernelError naming the call, the file
+// macros: a failure raises gradeq::BackendError naming the call, the file
 // and the line, instead of continuing with a broken device state. Every
 // kernel launch is followed by GRADEQ_LAUNCH_CHECK(). A fault inside a
 // kernel surfaces at the next synchronizing call; with GRADEQ_CUDA_SYNC=1 in
@@ -13,17 +13,28 @@
 #include <cuda_runtime.h>
 
 #include "kernels/check.h"
+#include "kernels/dtype.h"
 
 namespace gradeq::cuda {
 
+// The cuBLAS / CUDA data type of a dtype.
+inline cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::bf16: return CUDA_R_16BF;
+    case DType::f16: return CUDA_R_16F;
+    case DType::f32: break;
+  }
+  return CUDA_R_32F;
+}
+
 inline void check_cuda(cudaError_t status, const char* call, const char* file, int line) {
   if (status != cudaSuccess)
-    kernel_failure(file, line, std::string(call) + ": " + cudaGetErrorName(status) + ": " + cudaGetErrorString(status));
+    backend_failure(file, line, std::string(call) + ": " + cudaGetErrorName(status) + ": " + cudaGetErrorString(status));
 }
 
 inline void check_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
   if (status != CUBLAS_STATUS_SUCCESS)
-    kernel_failure(file, line, std::string(call) + ": cuBLAS status " + cublasGetStatusName(status) + ": " +
+    backend_failure(file, line, std::string(call) + ": cuBLAS status " + cublasGetStatusName(status) + ": " +
                                    cublasGetStatusString(status));
 }
 

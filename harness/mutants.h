@@ -1,8 +1,8 @@
-// mutants.h — deliberately wrong variants of the backend and of the
-// training loop, one per single-process bug of shared/BUGS.md. Each is a
-// small subclass of the correct code; the self-test (`gradeq selftest`)
-// shows that some property catches every one of them. A mutant must never
-// be used for anything else.
+// mutants.h — the catalogue of deliberately wrong variants, one per bug of
+// shared/BUGS.md that one process can show: the loop's (harness/loop_mutants.h)
+// and the kernels' (kernels/mutants/backend_mutants.h), in the catalogue's
+// order. The self-test (`gradeq selftest`) shows that some property catches
+// every one of them. A mutant must never be used for anything else.
 #pragma once
 
 #include <functional>
@@ -32,5 +32,14 @@ const std::vector<Mutant>& mutants();
 // any other backend.
 std::vector<Mutant> mutants_for(const Backend& backend);
 const Mutant* find_mutant(const std::string& id);
+
+// A backend with a mutant applied, and the loop that goes with it.
+struct MutantRig {
+  std::unique_ptr<Backend> wrapped;
+  Backend* backend = nullptr;
+  LoopFactory loop;
+
+  MutantRig(const Mutant& m, Backend& base);
+};
 
 }  // namespace gradeq

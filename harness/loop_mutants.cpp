@@ -1,17 +1,10 @@
-// mutants.cpp — the catalogued bugs as one-function variants. Each class
-// overrides one step of TrainingLoop or one op of a ForwardingBackend; the
-// comment above it names the bug and where it shipped (shared/BUGS.md).
-#include "kernels/mutants/mutants.h"
+// loop_mutants.cpp — loop bugs as one-function subclasses of the correct
+// loop; the comment above each names the bug and where it shipped
+// (shared/BUGS.md).
+#include "harness/loop_mutants.h"
 
 #include <algorithm>
 #include <cmath>
-#include <random>
-
-#include "harness/training_loop.h"
-#include "kernels/forwarding_backend.h"
-#if GRADEQ_HAVE_CUDA
-#include "kernels/cuda/cuda_backend.h"
-#endif
 
 namespace gradeq {
 namespace {
@@ -207,158 +200,45 @@ class WeightDecayPerMicroBatch : public TrainingLoop {
   void optimizer_step() override {
     ref::OptimizerSpec o = procedure().optimizer;
     o.weight_decay *= static_cast<double>(window_length_);
-    backend_.optimizer_step(make_optimizer_step(o, learning_rate(), step_), params_, grads_, optimizer_a_, optimizer_b_);
+    backend_.optimizer_step(make_optimizer_step(o, learning_rate(), step_), params_, grads_, first_moment_, second_moment_);
     ++step_;
   }
 };
 
-// B7 — overwrite instead of accumulate: the bias gradient is written, not
-// added, so only the last micro-batch's survives (llm.c PR 163, PR 408;
-// ggml PR 949).
-class OverwritesBiasGradient : public ForwardingBackend {
- public:
-  using ForwardingBackend::ForwardingBackend;
-  void linear_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) override {
-    const Tensor bias[] = {db};
-    inner_.zero(bias);  // dbias = ... instead of +=
-    inner_.linear_backward_weight(dy, x, dw, db);
-  }
-};
-
-// B16 — low-precision accumulation buffer: gradients accumulate in
-// bfloat16 although the buffer is declared float32: 256 + 1 = 256
-// (Megatron fork PR 146, issue 149; DeepSpeed 1800, PR 2847).
-class BfloatAccumulation : public ForwardingBackend {
- public:
-  using ForwardingBackend::ForwardingBackend;
-  void linear_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) override {
-    inner_.linear_backward_weight(dy, x, dw, db);
-    to_bfloat16({dw, db});
-  }
-  void norm_backward(const NormConfig& c, const Tensor& x, const Tensor& gamma, const Tensor& dy,
-                     const Tensor& saved_mean, const Tensor& saved_rstd, const Tensor& dx, const Tensor& dgamma,
-                     const Tensor& dbeta) override {
-    inner_.norm_backward(c, x, gamma, dy, saved_mean, saved_rstd, dx, dgamma, dbeta);
-    to_bfloat16({dgamma, dbeta});
-  }
-  void accumulate(std::span<const Tensor> dst, std::span<const Tensor> src,
-                  std::span<const Tensor> compensation) override {
-    inner_.accumulate(dst, src, compensation);
-    to_bfloat16(std::vector<Tensor>(dst.begin(), dst.end()));
-  }
-
- private:
-  // What a bfloat16 buffer would hold: round through a bfloat16 tensor.
-  void to_bfloat16(const std::vector<Tensor>& ts) {
-    for (const Tensor& t : ts) {
-      if (t.empty() || t.dtype != DType::f32) continue;
-      Tensor narrow = inner_.allocate(t.rows, t.cols, DType::bf16);
-      inner_.convert(t, narrow);
-      inner_.convert(narrow, t);
-      inner_.release(narrow);
-    }
-  }
-};
-
-// B19 on a host backend — unsynchronized concurrent accumulate: the bias
-// gradient is summed by several row slices, each adding its partial into
-// db with a plain read-modify-write. A host backend has no concurrent
-// blocks, so the race's outcome is modelled: each slice after the first
-// reads, with probability 1/2, the value from before the previous slice's
-// write, and that write is lost; the draws differ run to run, as a race's
-// interleavings do. (The CUDA backend's B19 is the real racy kernel.)
-class LostUpdateBiasGradient : public ForwardingBackend {
- public:
-  using ForwardingBackend::ForwardingBackend;
-  void linear_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) override {
-    Tensor discarded = inner_.allocate(db.rows, db.cols, DType::f32);
-    inner_.fill(discarded, 0.0f);
-    inner_.linear_backward_weight(dy, x, dw, discarded);  // dw as the kernel computes it
-    inner_.release(discarded);
-    std::vector<float> g(static_cast<std::size_t>(dy.size())), b(static_cast<std::size_t>(db.size()));
-    inner_.download(dy, g);
-    inner_.download(db, b);
-    const long slices = std::min(dy.rows, 4L), per = slices > 0 ? (dy.rows + slices - 1) / slices : 0;
-    std::bernoulli_distribution raced(0.5);
-    for (long c = 0; c < dy.cols; ++c) {
-      float current = b[static_cast<std::size_t>(c)], previous_read = current;
-      for (long s = 0; s < slices; ++s) {
-        float partial = 0.0f;
-        for (long r = s * per; r < std::min(dy.rows, (s + 1) * per); ++r) partial += g[static_cast<std::size_t>(r * dy.cols + c)];
-        const float read = s > 0 && raced(rng_) ? previous_read : current;
-        previous_read = read;
-        current = read + partial;
-      }
-      b[static_cast<std::size_t>(c)] = current;
-    }
-    inner_.upload(db, b);
-  }
-
- private:
-  std::mt19937 rng_{std::random_device{}()};
-};
-
-template <class B>
-std::function<std::unique_ptr<Backend>(Backend&)> backend_of() {
-  return [](Backend& inner) { return std::make_unique<B>(inner); };
-}
-
 }  // namespace
 
-const std::vector<Mutant>& mutants() {
-  static const std::vector<Mutant> all = {
-      {"B1", "mean of per-micro-batch means (1/N of each micro-batch's own mean)",
-       "HF transformers PRs 34191/34198/34283, issue 24725; TRL 2175", nullptr, loop_of<MeanOfMeans>()},
-      {"B3", "missing 1/N: the window's gradient is N x G", "nanoGPT 168; apex 286", nullptr,
+const std::vector<LoopMutant>& loop_mutants() {
+  static const std::vector<LoopMutant> all = {
+      {"B1", "mean of per-micro-batch means (1/N of each micro-batch's own mean)", "HF transformers PRs 34191/34198/34283, issue 24725; TRL 2175",
+       loop_of<MeanOfMeans>()},
+      {"B3", "missing 1/N: the window's gradient is N x G", "nanoGPT 168; apex 286",
        loop_of<MissingOneOverN>()},
-      {"B4", "double scaling: divided by N twice, G / N",
-       "transformers 40052, 35438; accelerate 3533; Megatron-DeepSpeed PR 42; DeepSpeed PR 8154", nullptr,
+      {"B4", "double scaling: divided by N twice, G / N", "transformers 40052, 35438; accelerate 3533; Megatron-DeepSpeed PR 42; DeepSpeed PR 8154",
        loop_of<DividedTwice>()},
-      {"B5", "last partial window scaled by 1/N: (r/N) G", "Lightning 19987; mlx-lm PR 1413", nullptr,
+      {"B5", "last partial window scaled by 1/N: (r/N) G", "Lightning 19987; mlx-lm PR 1413",
        loop_of<PartialWindowScaledByN>()},
       {"B6", "window bookkeeping: a partial last window is dropped", "torchtune PR 2745; burn 5695; Lightning 1549",
-       nullptr, loop_of<DropsPartialWindow>()},
-      {"B7", "overwrite instead of accumulate: dbias = instead of +=", "llm.c PR 163, PR 408; ggml PR 949",
-       backend_of<OverwritesBiasGradient>(), nullptr},
-      {"B8", "geometric self-accumulation: buf = 2 buf + g", "Megatron-LM 6660", nullptr,
+       loop_of<DropsPartialWindow>()},
+      {"B8", "geometric self-accumulation: buf = 2 buf + g", "Megatron-LM 6660",
        loop_of<GeometricAccumulation>()},
-      {"B9", "stale gradients: buffers not zeroed after the step", "llm.c PR 548; tt-blacksmith PR 711", nullptr,
+      {"B9", "stale gradients: buffers not zeroed after the step", "llm.c PR 548; tt-blacksmith PR 711",
        loop_of<StaleGradients>()},
-      {"B10", "zero_grad inside the micro-batch loop: only g_N survives", "RAE 67; DeepSpeed PR 7967", nullptr,
+      {"B10", "zero_grad inside the micro-batch loop: only g_N survives", "RAE 67; DeepSpeed PR 7967",
        loop_of<ZeroGradPerMicroBatch>()},
-      {"B11", "optimizer step every micro-batch", "reformer-pytorch 97", nullptr, loop_of<StepPerMicroBatch>()},
-      {"B13", "clip per micro-batch: clip(clip(g1) + g2)", "transformers 986; lingua PR 59", nullptr,
+      {"B11", "optimizer step every micro-batch", "reformer-pytorch 97",
+       loop_of<StepPerMicroBatch>()},
+      {"B13", "clip per micro-batch: clip(clip(g1) + g2)", "transformers 986; lingua PR 59",
        loop_of<ClipPerMicroBatch>()},
       {"B14", "loss scale changed inside a window, unscaled once with the last", "PyTorch AMP docs; Lightning 9330, 9694",
-       nullptr, loop_of<ScaleChangesInsideWindow>()},
-      {"B15", "LR schedule stepped per micro-batch: N times too fast", "Lightning 1476; nanochat PR 775", nullptr,
+       loop_of<ScaleChangesInsideWindow>()},
+      {"B15", "LR schedule stepped per micro-batch: N times too fast", "Lightning 1476; nanochat PR 775",
        loop_of<SchedulePerMicroBatch>()},
-      {"B16", "accumulation in bfloat16 behind a float32 buffer",
-       "Megatron fork PR 146, issue 149; DeepSpeed 1800, PR 2847", backend_of<BfloatAccumulation>(), nullptr},
       {"B17", "off-by-one micro-batch slicing: one sample duplicated, one skipped", "common; no single source",
-       nullptr, loop_of<OffByOneSlicing>()},
-      {"B18", "weight decay applied per micro-batch (N times per window)", "inferred from B11's mechanism", nullptr,
+       loop_of<OffByOneSlicing>()},
+      {"B18", "weight decay applied per micro-batch (N times per window)", "inferred from B11's mechanism",
        loop_of<WeightDecayPerMicroBatch>()},
   };
   return all;
-}
-
-std::vector<Mutant> mutants_for(const Backend& backend) {
-  std::vector<Mutant> out = mutants();
-  Mutant race{"B19", "unsynchronized concurrent accumulate: several slices += into one bias gradient",
-              "kernel-level race (shared/BUGS.md)", backend_of<LostUpdateBiasGradient>(), nullptr};
-#if GRADEQ_HAVE_CUDA
-  if (backend.name() == "cuda") race.wrap_backend = [](Backend&) { return make_racy_bias_backend(); };
-#endif
-  if (backend.name() != "cuda") race.bug += " (race outcome modelled on the host)";
-  out.push_back(std::move(race));
-  return out;
-}
-
-const Mutant* find_mutant(const std::string& id) {
-  for (const Mutant& m : mutants())
-    if (m.id == id) return &m;
-  return nullptr;
 }
 
 }  // namespace gradeq

@@ -1,10 +1,11 @@
 // gate.cpp — runs the suite and the properties; collects the report.
-#include "harness/cli/gate.h"
+#include "harness/gate/gate.h"
 
 #include <chrono>
 #include <ctime>
 #include <stdexcept>
 
+#include "harness/dump.h"
 #include "harness/suite.h"
 
 namespace gradeq {
@@ -17,12 +18,8 @@ std::string utc_now() {
   return buf;
 }
 
-// FNV-1a: a stable hash of a name, so a property's seed does not depend on
-// which other properties were selected.
-std::uint64_t name_hash(const std::string& name) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
-  return h;
+const std::vector<ScenarioSpec>& suite_of(const GateOptions& options) {
+  return options.suite.empty() ? default_scenarios() : options.suite;
 }
 
 }  // namespace
@@ -49,7 +46,7 @@ CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFac
 
   std::vector<ScenarioSpec> scenarios;
   if (options.run_scenarios) {
-    const std::vector<ScenarioSpec> suite = options.suite.empty() ? default_scenarios() : options.suite;
+    const std::vector<ScenarioSpec> suite = suite_of(options);
     if (options.scenarios.empty()) {
       scenarios = suite;
     } else {
@@ -97,7 +94,7 @@ CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFac
     announce("property " + properties[i]->name);
     PropertyRunConfig config;
     config.cases = options.cases;
-    config.seed = mix_seed(options.seed, name_hash(properties[i]->name));
+    config.seed = name_seed(options.seed, properties[i]->name);
     report.properties.push_back(run_property(*properties[i], ctx, config));
   }
   if (options.run_norm_sweep) report.norm_sweep = run_norm_sweep(options.norm_sweep, progress);
@@ -105,6 +102,16 @@ CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFac
     report.precision_sweep = run_precision_sweep(options.precision_sweep, backend, progress);
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
+}
+
+int dump_scenario_run(const GateOptions& options, Backend& backend, const std::string& name,
+                      const std::filesystem::path& dir) {
+  const ScenarioSpec* found = find_scenario(suite_of(options), name);
+  if (!found) throw std::invalid_argument("unknown scenario '" + name + "' (see `gradeq list scenarios`)");
+  ScenarioSpec spec = *found;
+  spec.seed = mix_seed(options.seed, spec.seed);
+  const Scenario scenario = materialize(spec);
+  return dump_scenario(dir, scenario, execute(scenario, backend, correct_loop(), options.model));
 }
 
 }  // namespace gradeq

@@ -1,10 +1,12 @@
-// gate.h — one run of the correctness gate: the named scenarios of the
+// gate.h — the gate layer, above the properties and below the report
+// writers and the command line. One run of the correctness gate: the named scenarios of the
 // suite and the properties, on one backend, with one seed. Produces the
 // CheckReport that the report writers render and whose passed() decides
 // the exit code of `gradeq check`.
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
@@ -13,6 +15,7 @@
 #include "harness/equivalence.h"
 #include "harness/norm_sweep.h"
 #include "harness/precision_sweep.h"
+#include "harness/progress.h"
 #include "properties/property_runner.h"
 
 namespace gradeq {
@@ -49,11 +52,14 @@ struct CheckReport {
   long failures() const;
 };
 
-// Progress lines ("[3/10] scenario token_ce_padded_uneven"); may be empty.
-using ProgressSink = std::function<void(const std::string&)>;
-
 // Throws std::invalid_argument for unknown scenario or property names.
 CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFactory& loop = correct_loop(),
                      const ProgressSink& progress = {});
+
+// Runs the one scenario `name` of the gate's suite (with the gate's seed)
+// and writes its tensors into dir (harness/dump.h). Returns the number of
+// files written.
+int dump_scenario_run(const GateOptions& options, Backend& backend, const std::string& name,
+                      const std::filesystem::path& dir);
 
 }  // namespace gradeq

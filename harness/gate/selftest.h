@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "harness/equivalence.h"
+#include "harness/progress.h"
 #include "properties/property_runner.h"
 
 namespace gradeq {
@@ -102,8 +103,6 @@ struct SelfTestReport {
   std::vector<std::string> survivors() const;
   bool passed() const;  // correct code passes, no mutant survives; campaign: no false alarm, calibrated
 };
-
-using ProgressSink = std::function<void(const std::string&)>;
 
 SelfTestReport run_selftest(const SelfTestOptions& options, Backend& backend, const ProgressSink& progress = {});
 

@@ -1,79 +1,21 @@
-// selftest.cpp — kill matrix, B16 threshold, calibration campaign.
-#include "harness/cli/selftest.h"
-
+// campaign.cpp — the calibration campaign: many random cases on correct
+// code and on every mutant, on a pool of worker threads (one host backend
+// each), with the worst error/bound of correct code, its histogram and
+// each mutant's separation from it.
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <mutex>
-#include <numeric>
 #include <thread>
 
 #include <fmt/format.h>
 
-#include "harness/tolerance.h"
+#include "harness/gate/selftest_parts.h"
+#include "harness/mutants.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/mutants/mutants.h"
-#include "properties/generators.h"
 
-namespace gradeq {
+namespace gradeq::selftest_parts {
 namespace {
-
-std::vector<const Property*> backend_properties() {
-  std::vector<const Property*> out;
-  for (const Property& p : default_properties())
-    if (p.exercises_backend) out.push_back(&p);
-  return out;
-}
-
-long parameter_count(const ScenarioSpec& s) {
-  long n = 0;
-  for (const ref::ParameterInfo& p : ref::parameter_layout(s.model)) n += p.rows * p.cols;
-  return n;
-}
-
-// The backend a mutant runs on: the one under test, wrapped if the bug
-// lives in a kernel.
-struct MutantRig {
-  std::unique_ptr<Backend> wrapped;
-  Backend* backend = nullptr;
-  LoopFactory loop;
-
-  MutantRig(const Mutant& m, Backend& base) {
-    if (m.wrap_backend) wrapped = m.wrap_backend(base);
-    backend = wrapped ? wrapped.get() : &base;
-    loop = m.loop ? m.loop : correct_loop();
-  }
-};
-
-std::uint64_t name_seed(std::uint64_t seed, const std::string& name) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
-  return mix_seed(seed, h);
-}
-
-// B16 on a family of scenarios: a float32 buffer declared, N micro-batches.
-B16Threshold b16_threshold(DType compute, Backend& base, const ErrorModel& model) {
-  B16Threshold t;
-  t.compute = compute;
-  const Mutant& b16 = *find_mutant("B16");
-  MutantRig rig(b16, base);
-  for (long n : {1L, 2L, 4L, 8L, 16L, 32L, 64L, 128L, 256L, 512L, 1024L}) {
-    ScenarioSpec s;
-    s.name = "B16 threshold";
-    s.model.input_features = 16;
-    s.model.layers = {{ref::LayerKind::linear, 32}, {ref::LayerKind::gelu, 0}, {ref::LayerKind::linear, 8}};
-    s.split = {std::vector<long>(static_cast<std::size_t>(n), 2)};
-    s.precision.compute = compute;
-    s.seed = 5;
-    const ScenarioResult r = check_scenario(s, *rig.backend, rig.loop, model);
-    t.points.push_back({n, !r.passed(), std::max(r.accumulation.worst_ratio, r.kernel.worst_ratio)});
-  }
-  for (std::size_t i = t.points.size(); i-- > 0;) {
-    if (!t.points[i].caught) break;
-    t.first_caught = t.points[i].micro_batches;
-  }
-  return t;
-}
 
 // Runs `evaluate(case, thread)` for every case on `threads` threads.
 template <class Evaluate>
@@ -86,6 +28,8 @@ void parallel_for(long count, int threads, Evaluate&& evaluate) {
     });
   for (auto& w : workers) w.join();
 }
+
+}  // namespace
 
 Campaign run_campaign(const SelfTestOptions& o, Backend& base, const ProgressSink& progress) {
   const auto start = std::chrono::steady_clock::now();
@@ -180,62 +124,4 @@ Campaign run_campaign(const SelfTestOptions& o, Backend& base, const ProgressSin
   return c;
 }
 
-}  // namespace
-
-std::vector<std::string> SelfTestReport::survivors() const {
-  std::vector<std::string> out;
-  for (const MutantSummary& m : mutants)
-    if (m.caught_by.empty()) out.push_back(m.id);
-  return out;
-}
-
-bool Campaign::calibrated() const { return worst_ratio <= 1.0 / kFormulationFactor; }
-
-bool SelfTestReport::passed() const {
-  for (const PropertyRun& p : correct)
-    if (!p.passed) return false;
-  if (campaign && (campaign->false_alarms > 0 || !campaign->calibrated())) return false;
-  return survivors().empty();
-}
-
-SelfTestReport run_selftest(const SelfTestOptions& o, Backend& backend, const ProgressSink& progress) {
-  const auto start = std::chrono::steady_clock::now();
-  SelfTestReport report;
-  report.backend = backend.name();
-  report.seed = o.seed;
-  report.cases = o.cases;
-  const std::vector<const Property*> properties = backend_properties();
-  PropertyRunConfig config;
-  config.cases = o.cases;
-  for (const Property* p : properties) {
-    if (progress) progress("selftest: correct code, " + p->name);
-    PropertyContext ctx{&backend, correct_loop(), o.model};
-    config.seed = name_seed(o.seed, p->name);
-    report.correct.push_back(run_property(*p, ctx, config));
-  }
-  for (const Mutant& m : mutants_for(backend)) {
-    MutantSummary summary{m.id, m.bug, m.source, {}};
-    MutantRig rig(m, backend);
-    for (const Property* p : properties) {
-      if (progress) progress("selftest: mutant " + m.id + ", " + p->name);
-      PropertyContext ctx{rig.backend, rig.loop, o.model};
-      config.seed = name_seed(o.seed, m.id + "/" + p->name);
-      KillCell cell{m.id, p->name, false, run_property(*p, ctx, config), 0, 0};
-      cell.caught = !cell.run.passed && cell.run.counterexample_spec.has_value();
-      if (cell.run.counterexample_spec) {
-        cell.counterexample_samples = total_samples(cell.run.counterexample_spec->split);
-        cell.counterexample_parameters = parameter_count(*cell.run.counterexample_spec);
-      }
-      if (cell.caught) summary.caught_by.push_back(p->name);
-      report.cells.push_back(std::move(cell));
-    }
-    report.mutants.push_back(summary);
-  }
-  if (progress) progress("selftest: B16 threshold");
-  for (DType compute : {DType::f32, DType::bf16}) report.b16.push_back(b16_threshold(compute, backend, o.model));
-  if (o.campaign_cases > 0) report.campaign = run_campaign(o, backend, progress);
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return report;
-}
-
-}  // namespace gradeq
+}  // namespace gradeq::selftest_parts

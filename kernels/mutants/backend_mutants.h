@@ -1,0 +1,33 @@
+// backend_mutants.h — the catalogued bugs that live in a kernel (shared/BUGS.md):
+// each is a ForwardingBackend that wraps the backend under test and breaks
+// one op. B7 (overwrite instead of accumulate), B16 (bfloat16 accumulation
+// behind a float32 buffer), B19 (unsynchronized concurrent accumulate: the
+// real race on the CUDA backend, its lost updates modelled elsewhere). The
+// loop's bugs are in harness/loop_mutants.h; harness/mutants.h lists both.
+// A mutant must never be used for anything but the self-test. Depends on
+// kernels/ only.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+
+namespace gradeq {
+
+struct BackendMutant {
+  std::string id;      // "B7", as in shared/BUGS.md
+  std::string bug;     // what is wrong, in a line
+  std::string source;  // where it happened in the wild
+  std::function<std::unique_ptr<Backend>(Backend&)> wrap;  // the backend under test, broken
+};
+
+// B7 and B16, for any backend.
+std::vector<BackendMutant> single_process_backend_mutants();
+// B19 in the form the backend takes it: the racy kernel on cuda, the
+// race's outcome modelled on any other backend.
+BackendMutant race_mutant_for(const Backend& backend);
+
+}  // namespace gradeq

@@ -1,0 +1,100 @@
+// console_report.cpp — what the command line prints: the gate's summary,
+// the self-test's kill matrix and campaign, and the catalogue listings.
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "harness/backends.h"
+#include "harness/mutants.h"
+#include "harness/suite.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "reports/report.h"
+
+namespace gradeq {
+
+std::string check_summary(const CheckReport& r) {
+  std::ostringstream out;
+  for (const ScenarioResult& s : r.scenarios) {
+    const std::string accumulation =
+        s.accumulation.status == Status::expected_divergence
+            ? fmt::format("accumulation: expected divergence ({:.1e} x bound)", s.accumulation.worst_ratio)
+            : fmt::format("accumulation err/bound {:.2e}", s.accumulation.worst_ratio);
+    out << fmt::format("  {:4}  scenario {:30} {}  kernel {:.2e}  ({:.2f} s)\n", s.passed() ? "pass" : "FAIL",
+                       s.spec.name, accumulation, s.kernel.worst_ratio, s.seconds);
+    if (!s.passed()) out << "        " << s.first_failure() << "\n";
+  }
+  for (const PropertyRun& p : r.properties) {
+    out << fmt::format("  {:4}  property {:30} {} cases, worst err/bound {:.2e}, discarded {} vacuous + {} "
+                       "ill-conditioned  ({:.2f} s)\n",
+                       p.passed ? "pass" : "FAIL", p.name, p.cases, p.worst_ratio, p.discarded_vacuous,
+                       p.discarded_ill_conditioned, p.seconds);
+    if (!p.passed) {
+      out << "        " << p.message << "\n";
+      if (!p.counterexample.empty()) out << "        counterexample: " << p.counterexample << "\n";
+      if (!p.reproduce.empty()) out << "        reproduce: RC_PARAMS=\"" << p.reproduce << "\"\n";
+    }
+  }
+  out << fmt::format("result: {} ({} checks, {} failing) in {:.1f} s\n", r.passed() ? "PASS" : "FAIL",
+                     r.scenarios.size() + r.properties.size(), r.failures(), r.seconds);
+  return out.str();
+}
+
+std::string selftest_summary(const SelfTestReport& report) {
+  std::ostringstream out;
+  for (const PropertyRun& p : report.correct)
+    out << fmt::format("  {:4}  correct code  {:30} {} cases, worst err/bound {:.2e}\n", p.passed ? "pass" : "FAIL",
+                       p.name, p.cases, p.worst_ratio);
+  for (const MutantSummary& m : report.mutants) {
+    std::string by;
+    for (const std::string& p : m.caught_by) by += (by.empty() ? "" : ", ") + p;
+    out << fmt::format("  {:8}  {:4} {}\n", m.caught_by.empty() ? "SURVIVED" : "caught", m.id,
+                       m.caught_by.empty() ? m.bug : "by " + by);
+  }
+  for (const B16Threshold& t : report.b16)
+    out << fmt::format("  B16 with {} compute: caught from N = {}\n", dtype_name(t.compute),
+                       t.first_caught < 0 ? "never (up to " + std::to_string(t.points.back().micro_batches) + ")"
+                       : std::to_string(t.first_caught));
+  if (report.campaign) {
+    const Campaign& c = *report.campaign;
+    out << fmt::format("  campaign: {} cases, {} false alarms, {} discarded, worst err/bound {:.6f} ({})\n",
+                       c.cases, c.false_alarms, c.discarded, c.worst_ratio,
+                       c.calibrated() ? "within 1/F = 0.5" : "ABOVE 1/F = 0.5: the error model is violated");
+    out << fmt::format("    mutant  float32: detected (marginal)  smallest  separation | all: detected (marginal)"
+                       "  smallest  separation   [marginal: separation < {:g}]\n",
+                       kSeparationGoal);
+    for (const CampaignMutant& m : c.mutants)
+      out << fmt::format("    {:4}   {:7}/{:<7} ({:6}) {:9.3g} {:11.3g} | {:7}/{:<7} ({:6}) {:9.3g} {:11.3g}\n", m.id,
+                         m.float32_detected, m.float32_cases, m.float32_marginal, m.float32_smallest_ratio,
+                         m.float32_separation, m.detected, m.cases, m.marginal, m.smallest_detecting_ratio,
+                         m.separation);
+  }
+  out << fmt::format("selftest: {} ({} mutants, {} survived) in {:.1f} s\n", report.passed() ? "PASS" : "FAIL",
+                     report.mutants.size(), report.survivors().size(), report.seconds);
+  return out.str();
+}
+
+std::string catalogue_listing(const std::string& what) {
+  std::ostringstream out;
+  if (what == "scenarios" || what == "all") {
+    out << "scenarios:\n";
+    for (const ScenarioSpec& s : default_scenarios())
+      out << fmt::format("  {:30} {}  split {}\n", s.name, ref::describe(s.model), describe_split(s.split));
+  }
+  if (what == "properties" || what == "all") {
+    out << "properties:\n";
+    for (const Property& p : default_properties()) out << fmt::format("  {:30} {}\n", p.name, p.description);
+  }
+  if (what == "mutants" || what == "all") {
+    out << "mutants (gradeq selftest; B19 takes its CUDA form on the cuda backend):\n";
+    CpuBackend host;
+    for (const Mutant& m : mutants_for(host)) out << fmt::format("  {:4} {}  [{}]\n", m.id, m.bug, m.source);
+  }
+  if (what == "backends" || what == "all") {
+    out << "backends:\n";
+    for (const BackendInfo& b : list_backends())
+      out << fmt::format("  {:6} {:12} {}\n", b.name, b.available ? "available" : "unavailable", b.detail);
+  }
+  return out.str();
+}
+
+}  // namespace gradeq
