@@ -1,19 +1,20 @@
 // bench_cuda.cpp — Google Benchmark suite for the CUDA backend's
-// accumulation kernels (built with the CUDA backend; needs a device). Each
-// kernel is validated before it is timed; GPU time comes from CUDA events
-// (manual time), and each rate is reported as a fraction of a ceiling
-// measured in the same run: device-to-device cudaMemcpy for bandwidth, the
-// same cuBLAS GEMM with beta = 0 for the weight gradient.
+// accumulation kernels (built with the CUDA backend; needs a device), ops of
+// the op table (harness/op_checks.h): each is validated against the
+// reference, with the tolerance model's bound, before it is timed; GPU time
+// comes from CUDA events (manual time), and each rate is reported as a
+// fraction of a ceiling measured in the same run: device-to-device
+// cudaMemcpy for bandwidth, the same cuBLAS GEMM with beta = 0 for the
+// weight gradient.
 #include <cmath>
 #include <cstdio>
 #include <memory>
 #include <vector>
 
 #include "bench/ceiling.h"
-#include "harness/tolerance.h"
+#include "bench/validated_op.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
-#include "reference/layers.h"
 
 namespace {
 
@@ -86,112 +87,35 @@ void BM_CeilingGemm(benchmark::State& state) {
                                                      benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// True when dw += dy^T x on a small problem of dtype t is within the
-// reference's float32 bound (the inputs are exact in t).
-bool weight_gradient_is_correct(CudaBackend& cuda, DType t) {
-  const long rows = 96, in = 40, out = 24;
-  const Tensor x = upload(cuda, rows, in, t, 3), dy = upload(cuda, rows, out, t, 4);
-  const Tensor dw = cuda.allocate(out, in, DType::f32), db = cuda.allocate(1, out, DType::f32);
-  const Tensor grads[] = {dw, db};
-  cuda.zero(grads);
-  cuda.linear_backward_weight(dy, x, dw, db);
-  const std::vector<float> xv = download(cuda, x), dyv = download(cuda, dy), got = download(cuda, dw);
-  ref::Matrix<ref::Bounded> xr(rows, in), dyr(rows, out);
-  for (long i = 0; i < xr.size(); ++i) xr.data()[i] = ref::Bounded(xv[static_cast<std::size_t>(i)]);
-  for (long i = 0; i < dyr.size(); ++i) dyr.data()[i] = ref::Bounded(dyv[static_cast<std::size_t>(i)]);
-  const auto expected = ref::linear_backward(xr, ref::zeros<ref::Bounded>(out, in), dyr).dw;
-  for (long i = 0; i < expected.size(); ++i) {
-    const auto& e = expected.data()[i];
-    if (!(std::abs(got[static_cast<std::size_t>(i)] - e.value) <= kernel_bound(e.kernel_bound, e.reference))) return false;
-  }
-  return true;
+// Times an op of the op table on the GPU, after validating it.
+void cuda_op(benchmark::State& state, const std::string& name, const OpSize& size, DType dtype,
+             bool deterministic = true) {
+  CudaBackend cuda;
+  cuda.set_deterministic(deterministic);
+  bench::validated_op(state, cuda, name, size, dtype, [&](auto&& run) { time_on_device(state, run); });
 }
 
-// dw += dy^T x (beta = 1) and db += column sums; correctness checked on a
-// small problem of the same dtype first.
+// dw += dy^T x (beta = 1) and db += column sums: flop rate / the beta = 0 GEMM.
 void BM_WeightGradient(benchmark::State& state) {
-  const long rows = state.range(0), in = state.range(1), out = state.range(2);
-  const DType t = static_cast<DType>(state.range(3));
-  CudaBackend cuda;
-  const Tensor x = upload(cuda, rows, in, t, 3), dy = upload(cuda, rows, out, t, 4);
-  const Tensor dw = cuda.allocate(out, in, DType::f32), db = cuda.allocate(1, out, DType::f32);
-  if (!weight_gradient_is_correct(cuda, t)) {
-    state.SkipWithError("weight-gradient GEMM disagrees with the reference");
-    return;
-  }
-  const Tensor grads[] = {dw, db};
-  cuda.zero(grads);
-  time_on_device(state, [&] { cuda.linear_backward_weight(dy, x, dw, db); });
-  state.counters["flops_per_s"] = benchmark::Counter(2.0 * static_cast<double>(rows * in * out),
-                                                     benchmark::Counter::kIsIterationInvariantRate);
+  cuda_op(state, "linear_backward_weight", {state.range(0), state.range(1), state.range(2)},
+          static_cast<DType>(state.range(3)));
 }
 
 // grad += micro-batch grad over 64 tensors in one launch (float32 or
 // bfloat16 source; optionally Kahan): bytes moved / the copy ceiling.
 void BM_MultiTensorAccumulate(benchmark::State& state) {
-  const long per = state.range(0) / 64;
-  const DType src_type = static_cast<DType>(state.range(1));
-  const bool kahan = state.range(2) != 0;
-  CudaBackend cuda;
-  std::vector<Tensor> dst, src, comp;
-  for (int i = 0; i < 64; ++i) {
-    dst.push_back(upload(cuda, 1, per + i, DType::f32, 10 + static_cast<std::uint64_t>(i)));  // odd tails
-    src.push_back(upload(cuda, 1, per + i, src_type, 100 + static_cast<std::uint64_t>(i)));
-    comp.push_back(cuda.allocate(1, per + i, DType::f32));
-  }
-  cuda.zero(comp);
-  const std::vector<float> a = download(cuda, dst[7]), b = download(cuda, src[7]);
-  cuda.accumulate(dst, src, kahan ? std::span<const Tensor>(comp) : std::span<const Tensor>());
-  const std::vector<float> got = download(cuda, dst[7]);
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (got[i] != a[i] + b[i]) {  // one correctly rounded float32 add (Kahan's first add is plain)
-      state.SkipWithError("accumulate disagrees with a + b");
-      return;
-    }
-  time_on_device(state, [&] { cuda.accumulate(dst, src, kahan ? std::span<const Tensor>(comp) : std::span<const Tensor>()); });
-  double bytes = 0.0;
-  for (int i = 0; i < 64; ++i)
-    bytes += static_cast<double>(per + i) * (2.0 * 4.0 + (src_type == DType::f32 ? 4.0 : 2.0) + (kahan ? 8.0 : 0.0));
-  state.counters["bytes_per_s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate);
+  cuda_op(state, state.range(2) != 0 ? "accumulate_kahan" : "accumulate", {state.range(0) / 64, 1, 64},
+          static_cast<DType>(state.range(1)));
 }
 
 // The global gradient norm over 64 tensors: read once.
-void BM_GlobalNorm(benchmark::State& state) {
-  const long per = state.range(0) / 64;
-  CudaBackend cuda;
-  std::vector<Tensor> ts;
-  double exact = 0.0;
-  for (int i = 0; i < 64; ++i) {
-    ts.push_back(upload(cuda, 1, per, DType::f32, 200 + static_cast<std::uint64_t>(i)));
-    for (float v : download(cuda, ts.back())) exact += static_cast<double>(v) * v;
-  }
-  // Deterministic float32 bound on a sum of n squares (NUMERICS.md §2):
-  // gamma_n sum |x_i^2|, and the square root halves the relative error.
-  const double n = static_cast<double>(per) * 64, u = 0x1p-24;
-  const double bound = 0.5 * (n * u / (1 - n * u)) * std::sqrt(exact) + u * std::sqrt(exact);
-  if (!(std::abs(cuda.global_norm(ts) - std::sqrt(exact)) <= bound)) {
-    state.SkipWithError("global norm outside its bound");
-    return;
-  }
-  float norm = 0.0f;
-  time_on_device(state, [&] { norm = cuda.global_norm(ts); });
-  benchmark::DoNotOptimize(norm);
-  state.counters["bytes_per_s"] =
-      benchmark::Counter(4.0 * n, benchmark::Counter::kIsIterationInvariantRate);
-}
+void BM_GlobalNorm(benchmark::State& state) { cuda_op(state, "global_norm", {state.range(0) / 64, 1, 64}, DType::f32); }
 
-// The bias gradient of a tall batch, deterministic (one block per column,
-// fixed order) or not (row slices combined with atomicAdd).
+// The bias gradient of a tall batch (a weight gradient of width 1),
+// deterministic (one block per column, fixed order) or not (row slices
+// combined with atomicAdd).
 void BM_BiasGradient(benchmark::State& state) {
-  const long rows = state.range(0), cols = state.range(1);
-  const bool deterministic = state.range(2) != 0;
-  CudaBackend cuda;
-  cuda.set_deterministic(deterministic);
-  const Tensor x = upload(cuda, rows, 1, DType::f32, 5), dy = upload(cuda, rows, cols, DType::f32, 6);
-  const Tensor dw = cuda.allocate(cols, 1, DType::f32), db = cuda.allocate(1, cols, DType::f32);
-  time_on_device(state, [&] { cuda.linear_backward_weight(dy, x, dw, db); });
-  state.counters["bytes_per_s"] =
-      benchmark::Counter(2.0 * 4.0 * static_cast<double>(rows * cols), benchmark::Counter::kIsIterationInvariantRate);
+  cuda_op(state, "linear_backward_weight", {state.range(0), 1, state.range(1)}, DType::f32, state.range(2) != 0);
 }
 
 constexpr long kF32 = static_cast<long>(DType::f32), kBf16 = static_cast<long>(DType::bf16);

@@ -9,6 +9,7 @@
 #include <random>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 #include "harness/tolerance.h"
 #include "harness/training_loop.h"
@@ -29,6 +30,11 @@ double bytes_of(DType t) { return t == DType::f32 ? 4.0 : 2.0; }
 // the op returned to the host (a loss sum, a norm); otherwise `tensor` is
 // downloaded.
 struct Expectation {
+  Expectation(std::string n, Matrix<Bounded> e, const Tensor* t, bool zero = false)
+      : name(std::move(n)), expected(std::move(e)), tensor(t), zero_allowed(zero) {}
+  Expectation(std::string n, const Bounded& e, double returned)
+      : name(std::move(n)), expected(Matrix<Bounded>::Constant(1, 1, e)), actual{returned} {}
+
   std::string name;
   Matrix<Bounded> expected;
   const Tensor* tensor = nullptr;
@@ -243,7 +249,10 @@ class ActivationOp : public TableOp {
  public:
   ActivationOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed, Activation a, bool backward)
       : TableOp(b, t, seed), activation_(a), backward_(backward) {
-    x_ = input(random(s.rows, s.in, 2.0), t);
+    // The first element positive, so that ReLU's outputs are never all zero.
+    Matrix<double> x = random(s.rows, s.in, 2.0);
+    x(0, 0) = std::abs(x(0, 0));
+    x_ = input(x, t);
     if (backward) dy_ = input(random(s.rows, s.in), t);
     y_ = output(s.rows, s.in, t, false);
     bytes = bytes_of(t) * s.rows * s.in * (backward ? 3.0 : 2.0);
@@ -366,7 +375,7 @@ class LossOp : public TableOp {
     const auto l = kind_ == LossKind::mse ? ref::mse_loss(held(y_), held(targets_), s)
                                           : ref::cross_entropy_loss(held(y_), classes_, s);
     return {{"dy", stored(l.dy, ref::Storage::compute), &dy_},
-            {"loss sum", Matrix<Bounded>::Constant(1, 1, l.loss_sum), nullptr, {loss_sum_}}};
+            {"loss sum", l.loss_sum, loss_sum_}};
   }
 
  private:
@@ -381,27 +390,32 @@ class LossOp : public TableOp {
 
 enum class ListKind { zero, scale, accumulate, accumulate_kahan, global_norm };
 
-// One list op over three tensors of different sizes, so a launch covers
-// several tensors (rows x in, in, and rows + 1 elements).
+// One list op over `out` tensors of rows x in + k elements (k = 0, 1, ...:
+// odd tails), so one launch covers several tensors.
 class ListOpCheck : public TableOp {
  public:
   ListOpCheck(Backend& b, const OpSize& s, DType t, std::uint64_t seed, ListKind kind) : TableOp(b, t, seed), kind_(kind) {
-    const std::vector<std::pair<long, long>> shapes = {{s.rows, s.in}, {1, s.in}, {1, s.rows + 1}};
     double elements = 0.0;
-    for (const auto& [rows, cols] : shapes) {
-      elements += static_cast<double>(rows * cols);
+    for (long k = 0; k < s.out; ++k) {
+      const long n = s.rows * s.in + k;
+      elements += static_cast<double>(n);
       if (kind == ListKind::global_norm) {
-        dst_.push_back(input(random(rows, cols), t));
+        dst_.push_back(input(random(1, n), t));
         continue;
       }
-      dst_.push_back(output(rows, cols, DType::f32, true));
-      if (kind == ListKind::accumulate || kind == ListKind::accumulate_kahan) src_.push_back(input(random(rows, cols), t));
-      if (kind == ListKind::accumulate_kahan) compensation_.push_back(output(rows, cols, DType::f32, true, 0.0));
+      dst_.push_back(output(1, n, DType::f32, true));
+      if (kind == ListKind::accumulate || kind == ListKind::accumulate_kahan) src_.push_back(input(random(1, n), t));
+      if (kind == ListKind::accumulate_kahan) compensation_.push_back(output(1, n, DType::f32, true, 0.0));
     }
-    const double streams = kind == ListKind::zero ? 1.0 : kind == ListKind::scale || kind == ListKind::global_norm ? 2.0
-                                                        : kind == ListKind::accumulate ? 3.0 : 5.0;
-    bytes = 4.0 * streams * elements;
-    if (kind == ListKind::global_norm) bytes = bytes_of(t) * elements;
+    // Bytes per element: read and write the buffer, read the source, read
+    // and write the compensation; zero only writes, the norm only reads.
+    switch (kind) {
+      case ListKind::zero: bytes = 4.0 * elements; break;
+      case ListKind::scale: bytes = 8.0 * elements; break;
+      case ListKind::accumulate: bytes = (8.0 + bytes_of(t)) * elements; break;
+      case ListKind::accumulate_kahan: bytes = (16.0 + bytes_of(t)) * elements; break;
+      case ListKind::global_norm: bytes = bytes_of(t) * elements; break;
+    }
   }
   void run() override {
     switch (kind_) {
@@ -423,7 +437,7 @@ class ListOpCheck : public TableOp {
       const Bounded sum = ref::reduce<Bounded>(static_cast<long>(all.size()), [&](long i) {
         return all[static_cast<std::size_t>(i)] * all[static_cast<std::size_t>(i)];
       });
-      out.push_back({"norm", Matrix<Bounded>::Constant(1, 1, ref::sqrt(sum)), nullptr, {norm_}});
+      out.push_back({"norm", ref::sqrt(sum), norm_});
       return out;
     }
     for (std::size_t i = 0; i < dst_.size(); ++i) {
@@ -431,7 +445,7 @@ class ListOpCheck : public TableOp {
       const Matrix<Bounded> before = initial(dst_[i]);
       switch (kind_) {
         case ListKind::zero:
-          out.push_back({name, ref::zeros<Bounded>(before.rows(), before.cols()), &dst_[i], {}, true});
+          out.push_back({name, ref::zeros<Bounded>(before.rows(), before.cols()), &dst_[i], true});
           break;
         case ListKind::scale:
           out.push_back({name, stored(Matrix<Bounded>(before * Bounded(static_cast<double>(kFactor))), ref::Storage::accumulate),
@@ -555,7 +569,7 @@ const std::vector<OpSpec>& op_table() {
   const std::vector<OpSize> wide = {{6, 7}, {1, 1}, {33, 17}};
   const std::vector<OpSize> norm = {{12, 6}, {4, 5}, {30, 12}};
   const std::vector<OpSize> loss = {{6, 4}, {1, 2}, {17, 11}};
-  const std::vector<OpSize> list = {{3, 5}, {1, 1}, {7, 4097}};
+  const std::vector<OpSize> list = {{3, 5, 3}, {1, 1, 1}, {7, 4097, 3}};
   const std::vector<OpSize> step = {{3, 4}, {1, 1}, {7, 13}};
   static const std::vector<OpSpec> table = {
       {"linear_forward", "y = x w^T + b", gemm, make<LinearForward>()},
@@ -591,6 +605,18 @@ const OpSpec& find_op(const std::string& name) {
   for (const OpSpec& op : op_table())
     if (op.name == name) return op;
   throw std::invalid_argument("no op '" + name + "' in the op table");
+}
+
+OpSize validation_size(const OpSize& s, double max_work) {
+  OpSize v = s;
+  const auto work = [&] { return static_cast<double>(v.rows) * static_cast<double>(v.in) * static_cast<double>(v.out); };
+  while (work() > max_work) {
+    long* largest = &v.rows;
+    for (long* d : {&v.in, &v.out})
+      if (*d > *largest) largest = d;
+    *largest = (*largest + 1) / 2;
+  }
+  return v;
 }
 
 }  // namespace gradeq

@@ -19,9 +19,9 @@
 
 namespace gradeq {
 
-// The size of one op: rows of a batch, and the features going in and out
-// (for element-wise, normalizer, loss and list ops, `in` is the width and
-// `out` is unused).
+// The size of one op: rows of a batch, and the features going in and out.
+// Element-wise, normalizer, loss and optimizer ops are [rows, in] (`out`
+// unused); list ops run over `out` tensors of rows x in + k elements.
 struct OpSize {
   long rows = 1, in = 1, out = 1;
 };
@@ -56,5 +56,10 @@ struct OpSpec {
 const std::vector<OpSpec>& op_table();
 // Throws std::invalid_argument for a name not in the table.
 const OpSpec& find_op(const std::string& name);
+
+// The size a benchmark validates its op at before timing it: its own, or,
+// where the float64 reference would take too long (rows x in x out above
+// max_work), the largest dimension halved until it fits.
+OpSize validation_size(const OpSize& s, double max_work = 0x1p23);
 
 }  // namespace gradeq
