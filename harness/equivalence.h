@@ -1,4 +1,4 @@
-// equivalence.h — one scenario, four runs, three verdicts (DESIGN.md):
+// equivalence.h — one scenario, four runs, three verdicts (docs/ARCHITECTURE.md):
 //
 //   R_full, R_acc  float64 reference, full batch and accumulated (same split)
 //   K_full, K_acc  backend under test, full batch and accumulated
@@ -74,7 +74,7 @@ struct ScenarioResult {
 // Whether R_acc = R_full in exact arithmetic: the model treats samples
 // independently, or its BatchNorm sees whole windows (one micro-batch per
 // window). Otherwise divergence is the named expectation "expected
-// divergence" (DESIGN.md, shared/BUGS.md: yolov5 1630, PyTorch 46516).
+// divergence" (docs/BUGS.md: yolov5 1630, PyTorch 46516).
 bool expects_equivalence(const ScenarioSpec& spec);
 
 Runs execute(const Scenario& scenario, Backend& backend, const LoopFactory& loop, const ErrorModel& model);

@@ -1,6 +1,6 @@
 // loop_mutants.cpp — loop bugs as one-function subclasses of the correct
 // loop; the comment above each names the bug and where it shipped
-// (shared/BUGS.md).
+// (docs/BUGS.md).
 #include "harness/loop_mutants.h"
 
 #include <algorithm>
@@ -209,33 +209,47 @@ class WeightDecayPerMicroBatch : public TrainingLoop {
 
 const std::vector<LoopMutant>& loop_mutants() {
   static const std::vector<LoopMutant> all = {
-      {"B1", "mean of per-micro-batch means (1/N of each micro-batch's own mean)", "HF transformers PRs 34191/34198/34283, issue 24725; TRL 2175",
+      {{"B1", "mean of per-micro-batch means (1/N of each micro-batch's own mean)",
+        "HF transformers PRs 34191/34198/34283, issue 24725; TRL 2175"},
        loop_of<MeanOfMeans>()},
-      {"B3", "missing 1/N: the window's gradient is N x G", "nanoGPT 168; apex 286",
+      {{"B3", "missing 1/N: the window's gradient is N x G",
+        "nanoGPT 168; apex 286"},
        loop_of<MissingOneOverN>()},
-      {"B4", "double scaling: divided by N twice, G / N", "transformers 40052, 35438; accelerate 3533; Megatron-DeepSpeed PR 42; DeepSpeed PR 8154",
+      {{"B4", "double scaling: divided by N twice, G / N",
+        "transformers 40052, 35438; accelerate 3533; Megatron-DeepSpeed PR 42; DeepSpeed PR 8154"},
        loop_of<DividedTwice>()},
-      {"B5", "last partial window scaled by 1/N: (r/N) G", "Lightning 19987; mlx-lm PR 1413",
+      {{"B5", "last partial window scaled by 1/N: (r/N) G",
+        "Lightning 19987; mlx-lm PR 1413"},
        loop_of<PartialWindowScaledByN>()},
-      {"B6", "window bookkeeping: a partial last window is dropped", "torchtune PR 2745; burn 5695; Lightning 1549",
+      {{"B6", "window bookkeeping: a partial last window is dropped",
+        "torchtune PR 2745; burn 5695; Lightning 1549"},
        loop_of<DropsPartialWindow>()},
-      {"B8", "geometric self-accumulation: buf = 2 buf + g", "Megatron-LM 6660",
+      {{"B8", "geometric self-accumulation: buf = 2 buf + g",
+        "Megatron-LM 6660"},
        loop_of<GeometricAccumulation>()},
-      {"B9", "stale gradients: buffers not zeroed after the step", "llm.c PR 548; tt-blacksmith PR 711",
+      {{"B9", "stale gradients: buffers not zeroed after the step",
+        "llm.c PR 548; tt-blacksmith PR 711"},
        loop_of<StaleGradients>()},
-      {"B10", "zero_grad inside the micro-batch loop: only g_N survives", "RAE 67; DeepSpeed PR 7967",
+      {{"B10", "zero_grad inside the micro-batch loop: only g_N survives",
+        "RAE 67; DeepSpeed PR 7967"},
        loop_of<ZeroGradPerMicroBatch>()},
-      {"B11", "optimizer step every micro-batch", "reformer-pytorch 97",
+      {{"B11", "optimizer step every micro-batch",
+        "reformer-pytorch 97"},
        loop_of<StepPerMicroBatch>()},
-      {"B13", "clip per micro-batch: clip(clip(g1) + g2)", "transformers 986; lingua PR 59",
+      {{"B13", "clip per micro-batch: clip(clip(g1) + g2)",
+        "transformers 986; lingua PR 59"},
        loop_of<ClipPerMicroBatch>()},
-      {"B14", "loss scale changed inside a window, unscaled once with the last", "PyTorch AMP docs; Lightning 9330, 9694",
+      {{"B14", "loss scale changed inside a window, unscaled once with the last",
+        "PyTorch AMP docs; Lightning 9330, 9694"},
        loop_of<ScaleChangesInsideWindow>()},
-      {"B15", "LR schedule stepped per micro-batch: N times too fast", "Lightning 1476; nanochat PR 775",
+      {{"B15", "LR schedule stepped per micro-batch: N times too fast",
+        "Lightning 1476; nanochat PR 775"},
        loop_of<SchedulePerMicroBatch>()},
-      {"B17", "off-by-one micro-batch slicing: one sample duplicated, one skipped", "common; no single source",
+      {{"B17", "off-by-one micro-batch slicing: one sample duplicated, one skipped",
+        "common; no single source"},
        loop_of<OffByOneSlicing>()},
-      {"B18", "weight decay applied per micro-batch (N times per window)", "inferred from B11's mechanism",
+      {{"B18", "weight decay applied per micro-batch (N times per window)",
+        "inferred from B11's mechanism"},
        loop_of<WeightDecayPerMicroBatch>()},
   };
   return all;

@@ -1,5 +1,5 @@
 // loop_mutants.h — the catalogued bugs that live in the training loop
-// (shared/BUGS.md: B1, B3-B6, B8-B11, B13-B15, B17, B18): each is a
+// (docs/BUGS.md: B1, B3-B6, B8-B11, B13-B15, B17, B18): each is a
 // subclass of TrainingLoop that overrides one step. The kernel bugs are in
 // kernels/mutants; harness/mutants.h lists both. A mutant must never be
 // used for anything but the self-test.
@@ -9,13 +9,11 @@
 #include <vector>
 
 #include "harness/training_loop.h"
+#include "kernels/mutants/backend_mutants.h"
 
 namespace gradeq {
 
-struct LoopMutant {
-  std::string id;      // "B3", as in shared/BUGS.md
-  std::string bug;     // what is wrong, in a line
-  std::string source;  // where it happened in the wild
+struct LoopMutant : BugInfo {
   LoopFactory loop;
 };
 

@@ -5,21 +5,20 @@
 #include <string>
 
 #include "harness/loop_mutants.h"
-#include "kernels/mutants/backend_mutants.h"
 
 namespace gradeq {
 namespace {
 
 long catalogue_number(const std::string& id) { return std::stol(id.substr(1)); }
 
-Mutant from(const BackendMutant& m) { return {m.id, m.bug, m.source, m.wrap, nullptr}; }
+Mutant from(const BackendMutant& m) { return {m, m.wrap, nullptr}; }
 
 }  // namespace
 
 const std::vector<Mutant>& mutants() {
   static const std::vector<Mutant> all = [] {
     std::vector<Mutant> out;
-    for (const LoopMutant& m : loop_mutants()) out.push_back({m.id, m.bug, m.source, nullptr, m.loop});
+    for (const LoopMutant& m : loop_mutants()) out.push_back({m, nullptr, m.loop});
     for (const BackendMutant& m : single_process_backend_mutants()) out.push_back(from(m));
     std::stable_sort(out.begin(), out.end(), [](const Mutant& a, const Mutant& b) {
       return catalogue_number(a.id) < catalogue_number(b.id);

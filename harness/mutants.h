@@ -1,5 +1,5 @@
 // mutants.h — the catalogue of deliberately wrong variants, one per bug of
-// shared/BUGS.md that one process can show: the loop's (harness/loop_mutants.h)
+// docs/BUGS.md that one process can show: the loop's (harness/loop_mutants.h)
 // and the kernels' (kernels/mutants/backend_mutants.h), in the catalogue's
 // order. The self-test (`gradeq selftest`) shows that some property catches
 // every one of them. A mutant must never be used for anything else.
@@ -12,17 +12,13 @@
 
 #include "harness/equivalence.h"
 #include "kernels/backend.h"
+#include "kernels/mutants/backend_mutants.h"
 
 namespace gradeq {
 
-struct Mutant {
-  std::string id;      // "B3", as in shared/BUGS.md
-  std::string bug;     // what is wrong, in a line
-  std::string source;  // where it happened in the wild
-  // Wraps the backend under test (nullptr: the backend as is).
-  std::function<std::unique_ptr<Backend>(Backend&)> wrap_backend;
-  // The training loop (nullptr: the correct one).
-  LoopFactory loop;
+struct Mutant : BugInfo {
+  BackendWrapper wrap_backend;  // wraps the backend under test (nullptr: the backend as is)
+  LoopFactory loop;             // the training loop (nullptr: the correct one)
 };
 
 // The single-process mutants (B1, B3-B11, B13-B18), for any backend.

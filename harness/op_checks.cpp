@@ -168,7 +168,10 @@ class TableOp : public PreparedOp {
           const double d = std::abs(a - e.value);
           const double ratio = d == 0.0 ? 0.0 : (bound > 0.0 ? d / bound : HUGE_VAL);
           verdict.worst_ratio = std::max(verdict.worst_ratio, ratio);
-          if (ratio > 1.0) fail(where.str() + ", bound " + std::to_string(bound) + " exceeded " + std::to_string(ratio) + "x");
+          if (ratio > 1.0) {
+            where << ", bound " << bound << " exceeded " << ratio << "x";
+            fail(where.str());
+          }
         }
       }
       if (nonzero == 0.0 && !x.zero_allowed) fail(x.name + ": every expected value is zero: the check proves nothing");

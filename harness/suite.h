@@ -1,5 +1,5 @@
 // suite.h — the embedded default suite: named scenarios a user recognizes,
-// each chosen to expose a class of accumulation bugs (see shared/BUGS.md:
+// each chosen to expose a class of accumulation bugs (see docs/BUGS.md:
 // uneven item counts, partial windows, several windows, wide ranges). The
 // suite is data: harness/default_suite.toml, embedded at build time and read
 // by the config reader (harness/config.h) that reads a user's file.

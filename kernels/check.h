@@ -4,6 +4,7 @@
 // can report it, not crash. Must not depend on anything outside kernels/.
 #pragma once
 
+#include <span>
 #include <stdexcept>
 #include <string>
 
@@ -34,6 +35,42 @@ inline void require_shape(const Tensor& t, long rows, long cols, const char* wha
   GRADEQ_REQUIRE(t.rows == rows && t.cols == cols,
                  std::string(what) + ": expected [" + std::to_string(rows) + ", " + std::to_string(cols) +
                      "], got [" + std::to_string(t.rows) + ", " + std::to_string(t.cols) + "]");
+}
+
+// The preconditions of the list ops, checked alike by every backend: the
+// lists pair up, shapes agree, a compensation buffer has its buffer's dtype.
+inline void require_accumulate_lists(std::span<const Tensor> dst, std::span<const Tensor> src,
+                                     std::span<const Tensor> compensation) {
+  GRADEQ_REQUIRE(dst.size() == src.size(), "accumulate: list lengths differ");
+  GRADEQ_REQUIRE(compensation.empty() || compensation.size() == dst.size(), "accumulate: compensation list length");
+  for (std::size_t t = 0; t < dst.size(); ++t) {
+    require_shape(src[t], dst[t].rows, dst[t].cols, "accumulate");
+    if (compensation.empty()) continue;
+    require_shape(compensation[t], dst[t].rows, dst[t].cols, "accumulate compensation");
+    GRADEQ_REQUIRE(compensation[t].dtype == dst[t].dtype, "accumulate: compensation has the buffer's dtype");
+  }
+}
+
+// Which optimizer state a step uses, after checking that the lists pair up
+// and that master weights and state are float32.
+struct OptimizerStateUse {
+  bool first = false, second = false;
+};
+
+inline OptimizerStateUse require_optimizer_lists(const OptimizerStep& s, std::span<const Tensor> params,
+                                                 std::span<const Tensor> grads, std::span<const Tensor> first_moment,
+                                                 std::span<const Tensor> second_moment) {
+  const OptimizerStateUse use{s.kind != OptimizerKind::sgd || s.momentum != 0.0f, s.kind != OptimizerKind::sgd};
+  GRADEQ_REQUIRE(params.size() == grads.size(), "optimizer_step: list lengths differ");
+  GRADEQ_REQUIRE(!use.first || first_moment.size() == params.size(), "optimizer_step: missing first optimizer state");
+  GRADEQ_REQUIRE(!use.second || second_moment.size() == params.size(), "optimizer_step: missing second optimizer state");
+  for (std::size_t t = 0; t < params.size(); ++t) {
+    require_shape(grads[t], params[t].rows, params[t].cols, "optimizer_step grad");
+    GRADEQ_REQUIRE(params[t].dtype == DType::f32, "optimizer_step: master weights are float32");
+    GRADEQ_REQUIRE((!use.first || first_moment[t].dtype == DType::f32) && (!use.second || second_moment[t].dtype == DType::f32),
+                   "optimizer_step: optimizer state is float32");
+  }
+  return use;
 }
 
 }  // namespace gradeq

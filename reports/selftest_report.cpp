@@ -87,7 +87,7 @@ std::string selftest_markdown(const SelfTestReport& r) {
   md << "**" << (r.passed() ? "PASS" : "FAIL") << "** — backend `" << r.backend << "`, seed " << r.seed << ", up to "
      << r.cases << " cases per property and mutant, " << fmt::format("{:.1f}", r.seconds) << " s. Every property "
      << "that runs the backend is run against correct code (it must pass) and against one mutant per catalogued "
-        "bug (shared/BUGS.md; kernels/mutants): each mutant must be caught by at least one property, with a "
+        "bug (docs/BUGS.md; kernels/mutants): each mutant must be caught by at least one property, with a "
         "shrunk counterexample.\n\n";
   const std::vector<std::string> survivors = r.survivors();
   if (!survivors.empty()) {

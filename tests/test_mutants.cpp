@@ -1,4 +1,4 @@
-// The mutant catalogue covers every single-process bug of shared/BUGS.md,
+// The mutant catalogue covers every single-process bug of docs/BUGS.md,
 // and each mutant really changes the result of a scenario that exercises
 // its bug (a mutant identical to correct code would prove nothing).
 #include <algorithm>

@@ -277,17 +277,13 @@ void CpuBackend::scale(std::span<const Tensor> ts, float s) {
 
 void CpuBackend::accumulate(std::span<const Tensor> dst, std::span<const Tensor> src,
                             std::span<const Tensor> compensation) {
-  GRADEQ_REQUIRE(dst.size() == src.size(), "accumulate: list lengths differ");
-  GRADEQ_REQUIRE(compensation.empty() || compensation.size() == dst.size(), "accumulate: compensation list length");
+  require_accumulate_lists(dst, src, compensation);
   for (std::size_t t = 0; t < dst.size(); ++t) {
-    require_shape(src[t], dst[t].rows, dst[t].cols, "accumulate");
     float* d = values(dst[t]);
     const float* s = values(src[t]);
     if (compensation.empty()) {
       for (long i = 0; i < dst[t].size(); ++i) d[i] = round_to(d[i] + s[i], dst[t].dtype);
     } else {
-      require_shape(compensation[t], dst[t].rows, dst[t].cols, "accumulate compensation");
-      GRADEQ_REQUIRE(compensation[t].dtype == dst[t].dtype, "accumulate: compensation has the buffer's dtype");
       float* c = values(compensation[t]);
       for (long i = 0; i < dst[t].size(); ++i) element::kahan_add(d[i], c[i], s[i], dst[t].dtype);
     }
@@ -310,17 +306,12 @@ bool CpuBackend::all_finite(std::span<const Tensor> ts) {
 
 void CpuBackend::optimizer_step(const OptimizerStep& s, std::span<const Tensor> params, std::span<const Tensor> grads,
                                 std::span<const Tensor> first_moment, std::span<const Tensor> second_moment) {
-  GRADEQ_REQUIRE(params.size() == grads.size(), "optimizer_step: list lengths differ");
-  const bool needs_first = s.kind != OptimizerKind::sgd || s.momentum != 0.0f;
-  const bool needs_second = s.kind != OptimizerKind::sgd;
-  GRADEQ_REQUIRE(!needs_first || first_moment.size() == params.size(), "optimizer_step: missing first optimizer state");
-  GRADEQ_REQUIRE(!needs_second || second_moment.size() == params.size(), "optimizer_step: missing second optimizer state");
+  const OptimizerStateUse use = require_optimizer_lists(s, params, grads, first_moment, second_moment);
   for (std::size_t t = 0; t < params.size(); ++t) {
-    require_shape(grads[t], params[t].rows, params[t].cols, "optimizer_step grad");
     float* p = values(params[t]);
     const float* g = values(grads[t]);
-    float* a = needs_first ? values(first_moment[t]) : nullptr;
-    float* b = needs_second ? values(second_moment[t]) : nullptr;
+    float* a = use.first ? values(first_moment[t]) : nullptr;
+    float* b = use.second ? values(second_moment[t]) : nullptr;
     float unused = 0.0f;
     for (long i = 0; i < params[t].size(); ++i) {
       if (s.kind == OptimizerKind::sgd) {

@@ -4,7 +4,8 @@
 // rest. bfloat16 / float16 tensors are stored as __nv_bfloat16 / __half;
 // element math is shared with the host backend (kernels/element_math.h).
 // In deterministic mode (the default) every reduction has a fixed order,
-// so results are bitwise identical run to run; the racy B19 mutant is not.
+// so results are bitwise identical run to run; the racy B19 mutant
+// (kernels/mutants/racy_bias_cuda.cu) is not.
 // Built only when nvcc is found; must not be included by host-only code
 // except through harness/backends.
 #pragma once
@@ -77,7 +78,7 @@ class CudaBackend : public Backend {
 
  protected:
   // The bias gradient db += column sums of dy, a fixed-order reduction.
-  // Virtual so that the race mutant (B19) can replace it.
+  // Virtual so that the race mutant (B19, kernels/mutants) can replace it.
   virtual void bias_gradient(const Tensor& dy, const Tensor& db);
   // A float32 scratch buffer of at least `count` elements (reused).
   float* scratch(long count, int slot = 0);
@@ -93,11 +94,5 @@ class CudaBackend : public Backend {
   std::size_t live_bytes_ = 0, peak_bytes_ = 0;
   bool deterministic_ = true;
 };
-
-// B19 — unsynchronized concurrent accumulate: the bias gradient is summed
-// by several blocks per column, each adding its partial sum into db with a
-// plain (non-atomic) read-modify-write; updates are lost at random (a
-// kernel-level race; shared/BUGS.md).
-std::unique_ptr<Backend> make_racy_bias_backend();
 
 }  // namespace gradeq

@@ -109,15 +109,7 @@ void CudaBackend::scale(std::span<const Tensor> ts, float s) {
 
 void CudaBackend::accumulate(std::span<const Tensor> dst, std::span<const Tensor> src,
                              std::span<const Tensor> compensation) {
-  GRADEQ_REQUIRE(dst.size() == src.size(), "accumulate: list lengths differ");
-  GRADEQ_REQUIRE(compensation.empty() || compensation.size() == dst.size(), "accumulate: compensation list length");
-  for (std::size_t t = 0; t < dst.size(); ++t) {
-    require_shape(src[t], dst[t].rows, dst[t].cols, "accumulate");
-    if (!compensation.empty()) {
-      require_shape(compensation[t], dst[t].rows, dst[t].cols, "accumulate compensation");
-      GRADEQ_REQUIRE(compensation[t].dtype == dst[t].dtype, "accumulate: compensation has the buffer's dtype");
-    }
-  }
+  require_accumulate_lists(dst, src, compensation);
   impl_->launch_list(compensation.empty() ? ListOp::accumulate : ListOp::accumulate_compensated,
               chunks_of(dst, src, compensation), 0.0f);
 }

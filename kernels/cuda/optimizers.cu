@@ -30,20 +30,12 @@ __global__ void optimizer_kernel(OptimizerStep st, float* p, const void* g, DTyp
 void CudaBackend::optimizer_step(const OptimizerStep& step, std::span<const Tensor> params,
                                  std::span<const Tensor> grads, std::span<const Tensor> first_moment,
                                  std::span<const Tensor> second_moment) {
-  GRADEQ_REQUIRE(params.size() == grads.size(), "optimizer_step: list lengths differ");
-  const bool needs_first = step.kind != OptimizerKind::sgd || step.momentum != 0.0f;
-  const bool needs_second = step.kind != OptimizerKind::sgd;
-  GRADEQ_REQUIRE(!needs_first || first_moment.size() == params.size(), "optimizer_step: missing first optimizer state");
-  GRADEQ_REQUIRE(!needs_second || second_moment.size() == params.size(), "optimizer_step: missing second optimizer state");
+  const OptimizerStateUse use = require_optimizer_lists(step, params, grads, first_moment, second_moment);
   for (std::size_t t = 0; t < params.size(); ++t) {
-    require_shape(grads[t], params[t].rows, params[t].cols, "optimizer_step grad");
-    GRADEQ_REQUIRE(params[t].dtype == DType::f32, "optimizer_step: master weights are float32");
-    GRADEQ_REQUIRE((!needs_first || first_moment[t].dtype == DType::f32) && (!needs_second || second_moment[t].dtype == DType::f32),
-                   "optimizer_step: optimizer state is float32");
     if (params[t].empty()) continue;
     optimizer_kernel<<<blocks_for(params[t].size()), kThreads>>>(
         step, static_cast<float*>(params[t].data), grads[t].data, grads[t].dtype,
-        needs_first ? static_cast<float*>(first_moment[t].data) : nullptr, needs_second ? static_cast<float*>(second_moment[t].data) : nullptr,
+        use.first ? static_cast<float*>(first_moment[t].data) : nullptr, use.second ? static_cast<float*>(second_moment[t].data) : nullptr,
         params[t].size());
     GRADEQ_LAUNCH_CHECK();
   }

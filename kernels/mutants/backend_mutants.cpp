@@ -1,5 +1,5 @@
 // backend_mutants.cpp — kernel bugs as one-op ForwardingBackends; the
-// comment above each names the bug and where it shipped (shared/BUGS.md).
+// comment above each names the bug and where it shipped (docs/BUGS.md).
 #include "kernels/mutants/backend_mutants.h"
 
 #include <algorithm>
@@ -100,7 +100,7 @@ class LostUpdateBiasGradient : public ForwardingBackend {
 };
 
 template <class B>
-std::function<std::unique_ptr<Backend>(Backend&)> backend_of() {
+BackendWrapper backend_of() {
   return [](Backend& inner) { return std::make_unique<B>(inner); };
 }
 
@@ -108,16 +108,18 @@ std::function<std::unique_ptr<Backend>(Backend&)> backend_of() {
 
 std::vector<BackendMutant> single_process_backend_mutants() {
   return {
-      {"B7", "overwrite instead of accumulate: dbias = instead of +=", "llm.c PR 163, PR 408; ggml PR 949",
+      {{"B7", "overwrite instead of accumulate: dbias = instead of +=", "llm.c PR 163, PR 408; ggml PR 949"},
        backend_of<OverwritesBiasGradient>()},
-      {"B16", "accumulation in bfloat16 behind a float32 buffer",
-       "Megatron fork PR 146, issue 149; DeepSpeed 1800, PR 2847", backend_of<BfloatAccumulation>()},
+      {{"B16", "accumulation in bfloat16 behind a float32 buffer",
+        "Megatron fork PR 146, issue 149; DeepSpeed 1800, PR 2847"},
+       backend_of<BfloatAccumulation>()},
   };
 }
 
 BackendMutant race_mutant_for(const Backend& backend) {
-  BackendMutant race{"B19", "unsynchronized concurrent accumulate: several slices += into one bias gradient",
-                     "kernel-level race (shared/BUGS.md)", backend_of<LostUpdateBiasGradient>()};
+  BackendMutant race{{"B19", "unsynchronized concurrent accumulate: several slices += into one bias gradient",
+                      "kernel-level race (docs/BUGS.md)"},
+                     backend_of<LostUpdateBiasGradient>()};
 #if GRADEQ_HAVE_CUDA
   if (backend.name() == "cuda") race.wrap = [](Backend&) { return make_racy_bias_cuda_backend(); };
 #endif

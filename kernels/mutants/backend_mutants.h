@@ -1,4 +1,4 @@
-// backend_mutants.h — the catalogued bugs that live in a kernel (shared/BUGS.md):
+// backend_mutants.h — the catalogued bugs that live in a kernel (docs/BUGS.md):
 // each is a ForwardingBackend that wraps the backend under test and breaks
 // one op. B7 (overwrite instead of accumulate), B16 (bfloat16 accumulation
 // behind a float32 buffer), B19 (unsynchronized concurrent accumulate: the
@@ -17,11 +17,17 @@
 
 namespace gradeq {
 
-struct BackendMutant {
-  std::string id;      // "B7", as in shared/BUGS.md
+// What every mutant says of its bug, kernel or loop alike.
+struct BugInfo {
+  std::string id;      // "B7", as in docs/BUGS.md
   std::string bug;     // what is wrong, in a line
   std::string source;  // where it happened in the wild
-  std::function<std::unique_ptr<Backend>(Backend&)> wrap;  // the backend under test, broken
+};
+
+using BackendWrapper = std::function<std::unique_ptr<Backend>(Backend&)>;
+
+struct BackendMutant : BugInfo {
+  BackendWrapper wrap;  // the backend under test, broken
 };
 
 // B7 and B16, for any backend.

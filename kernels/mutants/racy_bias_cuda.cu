@@ -2,7 +2,7 @@
 // accumulate. The bias gradient is summed by several blocks per column,
 // each adding its partial sum into db with a plain (non-atomic)
 // read-modify-write; updates are lost at random (a kernel-level race;
-// shared/BUGS.md). A mutant: never used for anything but the self-test.
+// docs/BUGS.md). A mutant: never used for anything but the self-test.
 #include "kernels/mutants/racy_bias_cuda.h"
 
 #include "kernels/cuda/cuda_backend.h"
