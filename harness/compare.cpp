@@ -1,6 +1,7 @@
 // compare.cpp — error metrics and bound checking of one tensor.
 #include "harness/compare.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -23,10 +24,16 @@ std::string TensorCheck::failure_reason() const {
   if (non_finite_actual > 0) {
     os << non_finite_actual << " non-finite value(s) (NaN/Inf) in the result";
   } else if (unbounded > 0) {
-    os << unbounded << " element(s) the error model cannot bound (ill-conditioned input)";
+    os << unbounded << " of " << rows * cols << " element(s) the error model cannot bound (ill-conditioned input), in row";
+    os << (unbounded_rows.size() > 1 ? "s " : " ");
+    for (std::size_t i = 0; i < unbounded_rows.size(); ++i) os << (i ? ", " : "") << unbounded_rows[i];
+    if (unbounded_rows.size() == kRowsNamed) os << ", ...";
+    if (judged > 0 && worst_ratio <= 1.0)
+      os << "; the other " << judged << " are within their bounds (worst err/bound " << worst_ratio << ")";
   } else if (worst_ratio > 1.0) {
-    os << "element " << worst_index << ": |" << worst_actual << " - " << worst_expected << "| = " << worst_error
-       << " exceeds its bound " << worst_bound << " (" << worst_ratio << "x)";
+    os << "element [" << worst_index / std::max(cols, 1L) << ", " << worst_index % std::max(cols, 1L) << "]: kernel "
+       << worst_actual << ", reference " << worst_expected << ": error " << worst_error << " exceeds its bound "
+       << worst_bound << " (" << worst_ratio << "x)";
   }
   return os.str();
 }
@@ -49,8 +56,13 @@ TensorCheck compare_tensor(const std::string& name, long rows, long cols, DType 
     // nothing can be concluded, whatever the kernel holds.
     if (!std::isfinite(b)) {
       ++c.unbounded;
+      const long row = cols > 0 ? static_cast<long>(i) / cols : 0;
+      if (c.unbounded_rows.size() < kRowsNamed &&
+          std::find(c.unbounded_rows.begin(), c.unbounded_rows.end(), row) == c.unbounded_rows.end())
+        c.unbounded_rows.push_back(row);
       continue;
     }
+    ++c.judged;
     if (!std::isfinite(a)) {
       ++c.non_finite_actual;
       continue;

@@ -21,6 +21,9 @@ struct ErrorMetrics {
   double cosine = 1.0;        // a.e / (||a|| ||e||)
 };
 
+// How many rows an inconclusive check names.
+inline constexpr std::size_t kRowsNamed = 8;
+
 struct TensorCheck {
   std::string name;
   RecordKind kind = RecordKind::parameter;
@@ -35,6 +38,8 @@ struct TensorCheck {
   double expected_norm = 0.0;
   long non_finite_actual = 0;  // NaN / Inf in the values under test
   long unbounded = 0;          // elements where the error model gives no finite bound
+  std::vector<long> unbounded_rows;  // the distinct rows they are in (the first kRowsNamed)
+  long judged = 0;             // elements compared against a finite bound
 
   bool passed() const { return non_finite_actual == 0 && unbounded == 0 && worst_ratio <= 1.0; }
   std::string failure_reason() const;  // empty when passed

@@ -86,6 +86,8 @@ rc::Gen<ScenarioSpec> independent_scenario() {
     const bool sequences = s.model.loss == ref::LossKind::cross_entropy && *rc::gen::arbitrary<bool>();
     s.model.positions = sequences ? *rc::gen::inRange<long>(2, 7) : 1;
     s.model.input_features = *awkward_width();
+    // A third of the models normalize the raw input first (pre-norm).
+    if (*rc::gen::inRange(0, 3) == 0) s.model.layers.push_back({*rc::gen::element(LayerKind::layer_norm, LayerKind::rms_norm), 0});
     const long hidden_blocks = *rc::gen::inRange<long>(0, 3);
     for (long b = 0; b < hidden_blocks; ++b) {
       const long width = *awkward_width();
@@ -200,6 +202,52 @@ rc::Gen<ScenarioSpec> mixed_precision_scenario() {
       c.compensated = s.procedure.compensated;
       return c;
     }();
+    return s;
+  });
+}
+
+rc::Gen<ScenarioSpec> normalized_scenario() {
+  return rc::gen::exec([] {
+    ScenarioSpec s;
+    s.name = "generated normalized";
+    s.model.loss = *rc::gen::element(ref::LossKind::mse, ref::LossKind::cross_entropy);
+    const bool sequences = s.model.loss == ref::LossKind::cross_entropy && *rc::gen::arbitrary<bool>();
+    s.model.positions = sequences ? *rc::gen::inRange<long>(2, 9) : *rc::gen::element(1L, 1L, 4L);
+    s.model.input_features = *awkward_width();
+    const LayerKind norm = *rc::gen::element(LayerKind::layer_norm, LayerKind::rms_norm, LayerKind::group_norm,
+                                             LayerKind::batch_norm);
+    auto add_norm = [&](long width) {
+      s.model.layers.push_back({norm, 0, norm == LayerKind::group_norm ? *group_count(width) : 0});
+    };
+    const LayerKind activation = *rc::gen::element(LayerKind::gelu, LayerKind::relu);
+    // Pre-norm blocks (the transformer layout: the normalizer on the
+    // block's input, the raw data for the first) or post-norm ones.
+    const bool pre_norm = *rc::gen::arbitrary<bool>();
+    long width = s.model.input_features;
+    const long blocks = *rc::gen::inRange<long>(1, 3);
+    for (long b = 0; b < blocks; ++b) {
+      const long hidden = *awkward_width();
+      if (pre_norm) add_norm(width);
+      s.model.layers.push_back({LayerKind::linear, hidden});
+      if (!pre_norm) add_norm(hidden);
+      s.model.layers.push_back({activation, 0});
+      width = hidden;
+    }
+    const long outputs = s.model.loss == ref::LossKind::cross_entropy ? *rc::gen::inRange<long>(2, 12)
+                                                                      : *rc::gen::inRange<long>(1, 6);
+    s.model.layers.push_back({LayerKind::linear, outputs});
+    s.data = sequences ? DataKind::padded_sequences : *rc::gen::element(DataKind::normal, DataKind::wide_range);
+    s.split = *any_split();
+    if (norm == LayerKind::batch_norm)  // two values per channel at least, as batchnorm_scenario()
+      for (auto& window : s.split)
+        for (long& n : window)
+          while (n * s.model.positions < 4) ++n;
+    s.precision.compute = *rc::gen::element(DType::bf16, DType::f16, DType::f32);
+    if (*rc::gen::arbitrary<bool>()) {
+      s.procedure = *procedure_config();
+      if (s.split.size() < 2) s.split.push_back(s.split.front());
+    }
+    s.seed = *seed();
     return s;
   });
 }

@@ -38,6 +38,11 @@ rc::Gen<ScenarioSpec> optimizer_scenario();
 // float32/bfloat16/float16, plain or Kahan-compensated, float16 with static
 // or dynamic loss scaling (windows that overflow are skipped).
 rc::Gen<ScenarioSpec> mixed_precision_scenario();
+// A model with a normalizer — LayerNorm, RMSNorm, GroupNorm or BatchNorm,
+// as often each — in pre-norm blocks (on the raw input first) or post-norm
+// ones, under bfloat16, float16 or float32 compute, with either loss,
+// padded sequences included, half of them with an optimizer procedure.
+rc::Gen<ScenarioSpec> normalized_scenario();
 // Many micro-batches (64 to 300) of one or two samples, float32 buffer.
 rc::Gen<ScenarioSpec> long_accumulation_scenario();
 // Token cross-entropy over padded sequences with the equal-split

@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <rapidcheck/detail/Configuration.h>
 
 #include "properties/generators.h"
@@ -13,6 +14,12 @@
 namespace gradeq {
 
 std::string property_test_id(const Property& p) { return "Properties/" + p.name; }
+
+double PropertyRun::discard_rate() const {
+  const double discarded = static_cast<double>(discarded_vacuous + discarded_ill_conditioned);
+  const double generated = static_cast<double>(cases) + discarded;
+  return generated > 0.0 ? discarded / generated : 0.0;
+}
 
 namespace {
 
@@ -80,6 +87,14 @@ PropertyRun run_property(const Property& p, PropertyContext& ctx, const Property
   if (result.template is<SuccessResult>()) {
     out.passed = true;
     out.cases = result.template get<SuccessResult>().numSuccess;
+    if (out.discard_rate() > config.max_discard_rate) {
+      out.passed = false;
+      out.message = fmt::format("{} of {} generated cases discarded ({} vacuous, {} ill-conditioned): {:.1f} %, above the "
+                                "{:g} % a property may leave undecided",
+                                out.discarded_vacuous + out.discarded_ill_conditioned,
+                                out.cases + out.discarded_vacuous + out.discarded_ill_conditioned, out.discarded_vacuous,
+                                out.discarded_ill_conditioned, 100.0 * out.discard_rate(), 100.0 * config.max_discard_rate);
+    }
   } else if (result.template is<FailureResult>()) {
     const FailureResult& f = result.template get<FailureResult>();
     out.cases = f.numSuccess;

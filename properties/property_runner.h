@@ -13,10 +13,16 @@
 
 namespace gradeq {
 
+// A property that cannot decide more than this share of the cases it
+// generates (vacuous or ill-conditioned: discarded) does not test what it
+// claims, even when every decided case holds: the run fails.
+inline constexpr double kMaxDiscardRate = 0.01;
+
 struct PropertyRunConfig {
   int cases = 100;          // successful cases required
   std::uint64_t seed = 0;   // RapidCheck seed
   bool shrink = true;
+  double max_discard_rate = kMaxDiscardRate;
 };
 
 struct PropertyRun {
@@ -31,6 +37,8 @@ struct PropertyRun {
   std::string worst_case;        // the passing case that reached it
   long discarded_vacuous = 0;    // cases whose reference gradients were all zero
   long discarded_ill_conditioned = 0;  // cases the error model could not bound
+  // Discarded over generated cases (successful + discarded).
+  double discard_rate() const;
   double seconds = 0.0;
 };
 

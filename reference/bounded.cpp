@@ -10,7 +10,10 @@ const RoundingModel& default_model() {
 thread_local const RoundingModel* active_model = nullptr;
 thread_local OverflowTally tally;
 thread_local bool finite_stores = false;
+thread_local std::uint64_t shared_sources = 0;
 }  // namespace
+
+std::uint64_t detail::next_shared_source() { return ++shared_sources; }
 
 bool stores_known_finite() { return finite_stores; }
 ScopedFiniteStores::ScopedFiniteStores(bool known) : previous_(finite_stores) { finite_stores = known; }
@@ -54,6 +57,11 @@ int granularity_exponent(double x) {
   const double m = std::frexp(x, &e);  // x = m 2^e; m has 53 bits
   const auto mantissa = static_cast<long long>(std::ldexp(std::abs(m), 53));
   return e - 53 + __builtin_ctzll(static_cast<unsigned long long>(mantissa));
+}
+
+double a_priori_margin(long n) {
+  const double u = rounding_model().arithmetic_u;
+  return 1.0 + 2.0 * reduction_gamma(n, u) + 16.0 * u;
 }
 
 double reduction_gamma(long n, double u) {

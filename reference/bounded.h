@@ -13,7 +13,9 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -138,10 +140,36 @@ struct ErrorParts {
   double systematic = 0.0, random = 0.0, scale = 0.0;
 };
 
+// Errors shared by many values, kept with their sign. A value made by
+// shared() — a normalizer's mean or 1/sigma, a softmax denominator — has
+// one error, delta, in every result it enters; a result's error then holds
+// coefficient * delta, where the coefficient is the result's derivative
+// with respect to that shared value, propagated to first order. Sums then
+// combine coefficients before taking magnitudes, so a row-wide scale or
+// shift error cancels where exact arithmetic cancels it (a linear layer
+// after LayerNorm, softmax after a shift, the next normalizer). |delta| is
+// bounded by `bound` (the shared value's combined bound when it was made).
+// NUMERICS §3.
+struct SharedTerm {
+  std::uint64_t source = 0;
+  double coefficient = 0.0;
+  double bound = 0.0;
+};
+
+// At most kSharedTerms per value: beyond that the least significant are
+// folded into the systematic part (|coefficient| bound), which is what a
+// shared error always was before it could be followed.
+inline constexpr int kSharedTerms = 6;
+struct SharedTerms {
+  std::array<SharedTerm, kSharedTerms> term{};
+  int count = 0;
+};
+
 struct Bounded {
   double value = 0.0;
-  double kernel_bound = 0.0;  // bound on |kernel − exact|, combined from the parts by the active form
+  double kernel_bound = 0.0;  // bound on |kernel − exact|: the parts combined by the active form, plus the shared terms
   ErrorParts kernel_parts;    // the kernel error in parts: systematic, random hard bound, random scale
+  SharedTerms shared;         // the kernel error's shared, signed terms
   double reference = 0.0;     // bound on |value − exact| of this float64 value
 
   Bounded() = default;
@@ -154,7 +182,8 @@ struct Bounded {
   }
   // A value with a systematic kernel bound k.
   static Bounded with_bounds(double v, double k, double r) { return with_parts(v, {k, 0.0, 0.0}, r); }
-  static Bounded with_parts(double v, const ErrorParts& e, double r);
+  static Bounded with_parts(double v, const ErrorParts& e, double r) { return with_shared(v, e, SharedTerms{}, r); }
+  static Bounded with_shared(double v, const ErrorParts& e, const SharedTerms& s, double r);
 };
 
 namespace detail {
@@ -181,20 +210,88 @@ double combined_bound(const ErrorParts& e);
 // hold without exception: whether a store may or must overflow.
 inline double hard_bound(const ErrorParts& e) { return e.systematic + e.random; }
 
-inline Bounded Bounded::with_parts(double v, const ErrorParts& e, double r) {
+namespace detail {
+// sum |coefficient| bound over the shared terms.
+inline double shared_magnitude(const SharedTerms& s) {
+  double m = 0.0;
+  for (int i = 0; i < s.count; ++i) m += std::abs(s.term[i].coefficient) * s.term[i].bound;
+  return m;
+}
+// The parts with the shared terms folded in (as systematic magnitudes).
+inline ErrorParts total_parts(const ErrorParts& e, const SharedTerms& s) {
+  ErrorParts t = e;
+  t.systematic += shared_magnitude(s);
+  return t;
+}
+}  // namespace detail
+
+inline Bounded Bounded::with_shared(double v, const ErrorParts& e, const SharedTerms& s, double r) {
   Bounded b;
   b.value = v;
   b.kernel_parts = e;
+  b.shared = s;
   for (double* part : {&b.kernel_parts.systematic, &b.kernel_parts.random, &b.kernel_parts.scale})
     if (std::isnan(*part)) *part = kInf;
-  b.kernel_bound = combined_bound(e);
-  if (std::isnan(b.kernel_bound)) {
+  b.kernel_bound = combined_bound(detail::total_parts(b.kernel_parts, s));
+  if (std::isnan(b.kernel_bound) || std::isinf(b.kernel_bound)) {
+    // No finite bound: nothing is left to follow.
     b.kernel_bound = kInf;
     b.kernel_parts.systematic = kInf;
+    b.shared = SharedTerms{};
   }
   b.reference = std::isnan(r) ? kInf : r;
   return b;
 }
+
+namespace detail {
+// x's error with its shared terms folded into the systematic part.
+inline ErrorParts collapsed_parts(const Bounded& x) { return total_parts(x.kernel_parts, x.shared); }
+
+// ca a.shared + cb b.shared, merged by source: coefficients of one source
+// add with their signs. Terms beyond kSharedTerms (the smallest) are folded
+// into `overflow` (systematic).
+inline SharedTerms combine(const SharedTerms& a, double ca, const SharedTerms& b, double cb, ErrorParts& overflow) {
+  const bool use_a = a.count > 0 && ca != 0.0, use_b = b.count > 0 && cb != 0.0;
+  if (!use_a && !use_b) return {};
+  if (!use_a || !use_b) {  // one list, scaled: its order (by magnitude) stays
+    SharedTerms out = use_a ? a : b;
+    const double c = use_a ? ca : cb;
+    for (int i = 0; i < out.count; ++i) out.term[i].coefficient *= c;
+    return out;
+  }
+  std::array<SharedTerm, 2 * kSharedTerms> all;
+  int n = 0;
+  for (int i = 0; i < a.count; ++i) all[n++] = {a.term[i].source, ca * a.term[i].coefficient, a.term[i].bound};
+  for (int i = 0; i < b.count; ++i) {
+    const SharedTerm& t = b.term[i];
+    int j = 0;
+    while (j < n && all[j].source != t.source) ++j;
+    if (j == n) all[n++] = {t.source, 0.0, t.bound};
+    all[j].coefficient += cb * t.coefficient;
+  }
+  // Most significant first (insertion sort: at most 2 kSharedTerms entries).
+  const auto weight = [](const SharedTerm& t) { return std::abs(t.coefficient) * t.bound; };
+  for (int i = 1; i < n; ++i)
+    for (int j = i; j > 0 && weight(all[j]) > weight(all[j - 1]); --j) std::swap(all[j], all[j - 1]);
+  SharedTerms out;
+  for (int i = 0; i < n; ++i) {
+    if (all[i].coefficient == 0.0 || all[i].bound == 0.0) continue;
+    if (out.count < kSharedTerms) {
+      out.term[out.count++] = all[i];
+    } else {
+      overflow.systematic += weight(all[i]);
+    }
+  }
+  return out;
+}
+
+inline SharedTerms scaled_terms(const SharedTerms& a, double c, ErrorParts& overflow) {
+  return combine(a, c, SharedTerms{}, 0.0, overflow);
+}
+
+// A fresh identity for a shared value (per thread: runs do not share values).
+std::uint64_t next_shared_source();
+}  // namespace detail
 
 namespace detail {
 // Rounding of one float32 register operation whose exact result is v and
@@ -229,16 +326,19 @@ inline constexpr double kFloat32OverflowThreshold = 0x1.ffffffp127;
 inline double unless_overflow(double v, double k) {
   return std::isnan(k) || std::abs(v) + k >= kFloat32OverflowThreshold ? kInf : k;
 }
-inline ErrorParts unless_overflow(double v, ErrorParts e) {
-  if (std::isinf(unless_overflow(v, combined_bound(e)))) e.systematic = kInf;
+inline ErrorParts unless_overflow(double v, ErrorParts e, const SharedTerms& s = {}) {
+  if (std::isinf(unless_overflow(v, combined_bound(total_parts(e, s))))) e.systematic = kInf;
   return e;
 }
 
-// The result of one operation: propagated error e plus its own rounding.
-inline Bounded rounded(double v, const ErrorParts& e, double r, bool exact) {
-  const double rho = arithmetic_rounding(v, combined_bound(e), exact);
-  return Bounded::with_parts(v, unless_overflow(v, with_rounding(e, rho)), r + reference_rounding(v, r, exact));
+// The result of one operation: propagated error e and shared terms s, plus
+// its own rounding.
+inline Bounded rounded(double v, const ErrorParts& e, const SharedTerms& s, double r, bool exact) {
+  const double rho = arithmetic_rounding(v, combined_bound(total_parts(e, s)), exact);
+  const ErrorParts out = with_rounding(e, rho);
+  return Bounded::with_shared(v, unless_overflow(v, out, s), s, r + reference_rounding(v, r, exact));
 }
+inline Bounded rounded(double v, const ErrorParts& e, double r, bool exact) { return rounded(v, e, SharedTerms{}, r, exact); }
 
 // A nonlinear rule err(x, e) — the largest change of the result when the
 // operand moves by e — applied to each part. Where the rule grows faster
@@ -254,24 +354,33 @@ ErrorParts through(const ErrorParts& e, Rule&& err) {
 }
 }  // namespace detail
 
-inline Bounded operator-(const Bounded& a) { return Bounded::with_parts(-a.value, a.kernel_parts, a.reference); }
+inline Bounded operator-(const Bounded& a) {
+  Bounded out = a;
+  out.value = -a.value;
+  for (int i = 0; i < out.shared.count; ++i) out.shared.term[i].coefficient = -out.shared.term[i].coefficient;
+  return out;
+}
 
 inline Bounded operator+(const Bounded& a, const Bounded& b) {
   const double v = a.value + b.value;
-  return detail::rounded(v, detail::plus(a.kernel_parts, b.kernel_parts), a.reference + b.reference,
-                         detail::sum_exact(a.value, b.value, v));
+  ErrorParts e = detail::plus(a.kernel_parts, b.kernel_parts);
+  const SharedTerms s = detail::combine(a.shared, 1.0, b.shared, 1.0, e);
+  return detail::rounded(v, e, s, a.reference + b.reference, detail::sum_exact(a.value, b.value, v));
 }
 
 inline Bounded operator-(const Bounded& a, const Bounded& b) { return a + (-b); }
 
 // |xy - x'y'| <= |x| e_y + |y| e_x + e_x e_y: exact, not only first order.
 // The second-order term counts as systematic.
+// Shared terms to first order (the product rule); their second-order part
+// is within the e_x e_y term.
 inline Bounded operator*(const Bounded& a, const Bounded& b) {
   const double v = a.value * b.value;
   ErrorParts e = detail::plus(detail::scaled(b.kernel_parts, std::abs(a.value)), detail::scaled(a.kernel_parts, std::abs(b.value)));
   e.systematic += a.kernel_bound * b.kernel_bound;
+  const SharedTerms s = detail::combine(b.shared, a.value, a.shared, b.value, e);
   const double r = std::abs(a.value) * b.reference + std::abs(b.value) * a.reference + a.reference * b.reference;
-  return detail::rounded(v, e, r, detail::product_exact(a.value, b.value, v));
+  return detail::rounded(v, e, s, r, detail::product_exact(a.value, b.value, v));
 }
 
 namespace detail {
@@ -318,12 +427,46 @@ inline double positive_reciprocal_error(double x, double d, double ed, double fl
 }
 }  // namespace detail
 
+namespace detail {
+inline Bounded collapsed(const Bounded& x) { return Bounded::with_parts(x.value, collapsed_parts(x), x.reference); }
+
+// a / b to first order with its remainder. With L = E_a / b - a E_b / b^2,
+// the exact change is a'/b' - a/b = L b / b' = L - L E_b / b', so
+//   |a'/b' - a/b - L| <= (K_a / |b| + |a| K_b / b^2) K_b / lowest
+// where lowest <= |b'| (|b| - K_b, or a known floor). The linear part keeps
+// the operands' parts and shared terms; the remainder is systematic. False
+// where no positive `lowest` exists.
+inline bool quotient_first_order(const Bounded& a, const Bounded& b, double lowest, ErrorParts& e, SharedTerms& s) {
+  const double ab = std::abs(b.value);
+  if (!(lowest > 0.0) || ab == 0.0) return false;
+  e = plus(scaled(a.kernel_parts, 1.0 / ab), scaled(b.kernel_parts, std::abs(a.value) / (ab * ab)));
+  s = combine(a.shared, 1.0 / b.value, b.shared, -a.value / (b.value * b.value), e);
+  const double linear = a.kernel_bound / ab + std::abs(a.value) * b.kernel_bound / (ab * ab);
+  e.systematic += linear * b.kernel_bound / lowest;
+  return true;
+}
+
+// The result from whichever of two sound propagations gives the smaller
+// bound: the nonlinear rule on collapsed errors (e_rule), or the first-order
+// form with shared terms (e_first, s_first), where it exists.
+inline Bounded smaller_of(double v, const ErrorParts& e_rule, bool first, const ErrorParts& e_first,
+                          const SharedTerms& s_first, double r, bool exact) {
+  if (first && combined_bound(total_parts(e_first, s_first)) <= combined_bound(e_rule))
+    return rounded(v, e_first, s_first, r, exact);
+  return rounded(v, e_rule, r, exact);
+}
+}  // namespace detail
+
 // Nonlinear rules give each part of the error the same rule.
 inline Bounded operator/(const Bounded& a, const Bounded& b) {
   const double v = a.value / b.value;
   const double r = detail::quotient_error(a.value, a.reference, b.value, b.reference);
-  return detail::rounded(v, detail::quotient_parts(a, b, detail::reciprocal_error, 0.0), r,
-                         detail::quotient_exact(a.value, b.value, v));
+  ErrorParts e_first;
+  SharedTerms s_first;
+  const bool first = a.shared.count + b.shared.count > 0 &&
+                     detail::quotient_first_order(a, b, std::abs(b.value) - b.kernel_bound, e_first, s_first);
+  return detail::smaller_of(v, detail::quotient_parts(detail::collapsed(a), detail::collapsed(b), detail::reciprocal_error, 0.0),
+                            first, e_first, s_first, r, detail::quotient_exact(a.value, b.value, v));
 }
 
 // a / d where d is known to be at least `floor` > 0 in exact arithmetic and
@@ -335,16 +478,55 @@ inline Bounded divide_by_positive(const Bounded& a, const Bounded& d, double flo
   const double v = a.value / d.value;
   const double lowest_r = std::max(floor, d.value - d.reference);
   const double r = a.reference / lowest_r + std::abs(a.value) * (1.0 / lowest_r - 1.0 / d.value);
-  return detail::rounded(v, detail::quotient_parts(a, d, detail::positive_reciprocal_error, floor),
-                         std::isnan(r) ? 0.0 : r, detail::quotient_exact(a.value, d.value, v));
+  ErrorParts e_first;
+  SharedTerms s_first;
+  const double lowest = std::max(floor * (1.0 - 0x1p-22), d.value - d.kernel_bound);
+  const bool first = a.shared.count + d.shared.count > 0 && detail::quotient_first_order(a, d, lowest, e_first, s_first);
+  return detail::smaller_of(v,
+                            detail::quotient_parts(detail::collapsed(a), detail::collapsed(d),
+                                                   detail::positive_reciprocal_error, floor),
+                            first, e_first, s_first, std::isnan(r) ? 0.0 : r, detail::quotient_exact(a.value, d.value, v));
 }
 
 // A value that enters many results (a normalizer's mean and 1/sigma, a
 // softmax denominator, a clip coefficient): its error is the same in all of
 // them, so in their sums it does not average out. Its whole bound becomes
 // systematic.
+// Its error becomes one shared term of its own (plus the shared terms it
+// already carried), followed with its sign into every result.
 inline double shared(double x) { return x; }
-inline Bounded shared(const Bounded& x) { return Bounded::with_parts(x.value, {x.kernel_bound, 0.0, 0.0}, x.reference); }
+inline Bounded shared(const Bounded& x) {
+  const double own = combined_bound(x.kernel_parts);
+  if (own == 0.0) return x;
+  SharedTerms fresh;
+  fresh.term[0] = {detail::next_shared_source(), 1.0, own};
+  fresh.count = 1;
+  ErrorParts overflow;
+  const SharedTerms s = detail::combine(x.shared, 1.0, fresh, 1.0, overflow);
+  return Bounded::with_shared(x.value, overflow, s, x.reference);
+}
+
+// A shift whose first-order effect cancels exactly, used as the exact
+// constant it is in exact arithmetic: the mean subtracted inside a sum of
+// squared deviations. Sum (x_k - c)^2 is stationary at c = mean(x), so the
+// kernel's own mean mu' = mean(x') + rho changes its sum of squares only by
+// n rho^2 (an identity: sum (x'_k - mean(x')) = 0); that term is added with
+// second_order_shift(). NUMERICS §3.
+inline double exact_shift(double x) { return x; }
+inline Bounded exact_shift(const Bounded& x) { return Bounded::with_bounds(x.value, 0.0, 0.0); }
+
+// x plus the second-order cost n rho^2 of using `shift` (whose bound is e)
+// as an exact constant in a sum of n squared deviations: |rho| <= 2e
+// (rho is the kernel mean's distance from the mean of the kernel's own
+// inputs; both are within e of the exact mean), so n rho^2 <= 4 n e^2,
+// systematic. For T = double: x.
+inline double second_order_shift(double x, double, long) { return x; }
+inline Bounded second_order_shift(const Bounded& x, const Bounded& shift, long n) {
+  ErrorParts e = x.kernel_parts;
+  const double nd = static_cast<double>(n);
+  e.systematic += 4.0 * nd * shift.kernel_bound * shift.kernel_bound;
+  return Bounded::with_shared(x.value, e, x.shared, x.reference + 4.0 * nd * shift.reference * shift.reference);
+}
 
 // A quantity known to lie within [-radius, radius] in exact arithmetic and
 // in the kernel (an invariant of the algorithm, e.g. Adam's |m| / sqrt(v)):
@@ -357,6 +539,27 @@ inline Bounded within_radius(const Bounded& x, double radius) {
   return out;
 }
 
+// A quantity known a priori to lie in [lo, hi], in exact arithmetic and in
+// the kernel alike (a normalized value within sqrt(n), a probability, an
+// rstd within 1/sqrt(eps)): its error is at most the distance from its
+// value to the farther end, however large the propagated bound. An
+// ill-conditioned group (statistics within their own error) then costs
+// that group's looseness and never an unbounded result.
+inline double within_interval(double x, double, double) { return x; }
+inline Bounded within_interval(const Bounded& x, double lo, double hi) {
+  const double reach = std::max(x.value - lo, hi - x.value);
+  Bounded out = x;
+  if (!(x.kernel_bound <= reach)) out = Bounded::with_parts(x.value, {reach, 0.0, 0.0}, x.reference);
+  if (!(out.reference <= reach)) out.reference = reach;
+  return out;
+}
+
+// The margin a kernel's own float32 rounding may add to an a priori bound
+// that holds exactly: a sum of n terms is off by at most gamma_n of its
+// magnitude, and each of a few further operations (subtract, multiply,
+// divide, a transcendental) by 4 ulps: 1 + 2 gamma_n(u) + 16 u.
+double a_priori_margin(long n);
+
 inline Bounded& operator+=(Bounded& a, const Bounded& b) { return a = a + b; }
 inline Bounded& operator-=(Bounded& a, const Bounded& b) { return a = a - b; }
 inline Bounded& operator*=(Bounded& a, const Bounded& b) { return a = a * b; }
@@ -368,7 +571,12 @@ inline double value_of(double x) { return x; }
 inline double value_of(const Bounded& x) { return x.value; }
 
 inline double abs(double x) { return std::abs(x); }
-inline Bounded abs(const Bounded& x) { return Bounded::with_parts(std::abs(x.value), x.kernel_parts, x.reference); }
+// Away from 0 the sign is certain and abs is linear (the shared terms keep
+// their signs, flipped with x's); near 0 it is only 1-Lipschitz.
+inline Bounded abs(const Bounded& x) {
+  if (std::abs(x.value) > x.kernel_bound) return x.value < 0.0 ? -x : x;
+  return Bounded::with_parts(std::abs(x.value), detail::collapsed_parts(x), x.reference);
+}
 
 inline double max(double a, double b) { return std::max(a, b); }
 inline double min(double a, double b) { return std::min(a, b); }
@@ -379,11 +587,11 @@ inline ErrorParts larger(const ErrorParts& a, const ErrorParts& b) {
 }
 }  // namespace detail
 inline Bounded max(const Bounded& a, const Bounded& b) {
-  return Bounded::with_parts(std::max(a.value, b.value), detail::larger(a.kernel_parts, b.kernel_parts),
+  return Bounded::with_parts(std::max(a.value, b.value), detail::larger(detail::collapsed_parts(a), detail::collapsed_parts(b)),
                              std::max(a.reference, b.reference));
 }
 inline Bounded min(const Bounded& a, const Bounded& b) {
-  return Bounded::with_parts(std::min(a.value, b.value), detail::larger(a.kernel_parts, b.kernel_parts),
+  return Bounded::with_parts(std::min(a.value, b.value), detail::larger(detail::collapsed_parts(a), detail::collapsed_parts(b)),
                              std::max(a.reference, b.reference));
 }
 
@@ -431,27 +639,65 @@ inline double sqrt(double x) { return std::sqrt(x); }
 namespace detail {
 // A unary function with propagation rule err(x, e), applied part by part,
 // plus the library function's own error.
+//
+// Or to first order, where that is the smaller bound: f(x + E) = f(x) +
+// f'(x) E + R with |R| <= curvature K^2 / 2, curvature = max |f''| over
+// [x - K, x + K] (Taylor's theorem with the Lagrange remainder): the
+// operand's parts and shared terms scaled by f'(x), the remainder
+// systematic. A curvature that is not finite leaves the rule alone.
 template <class Error>
-Bounded unary(const Bounded& x, double v, Error&& err) {
-  const ErrorParts e = through(x.kernel_parts, [&](double part) { return err(x.value, part); });
-  const double rho = transcendental_rounding(v, combined_bound(e));
-  return Bounded::with_parts(v, unless_overflow(v, with_rounding(e, rho)),
-                             err(x.value, x.reference) + reference_transcendental_rounding(v));
+Bounded unary(const Bounded& x, double v, Error&& err, double slope = 0.0, double curvature = kInf) {
+  const double r = err(x.value, x.reference) + reference_transcendental_rounding(v);
+  const ErrorParts e_rule = through(collapsed_parts(x), [&](double part) { return err(x.value, part); });
+  ErrorParts e = e_rule;
+  SharedTerms s;
+  if (std::isfinite(curvature) && x.shared.count > 0) {
+    ErrorParts e_first = scaled(x.kernel_parts, std::abs(slope));
+    const SharedTerms s_first = scaled_terms(x.shared, slope, e_first);
+    e_first.systematic += 0.5 * curvature * x.kernel_bound * x.kernel_bound;
+    if (combined_bound(total_parts(e_first, s_first)) <= combined_bound(e_rule)) {
+      e = e_first;
+      s = s_first;
+    }
+  }
+  const double rho = transcendental_rounding(v, combined_bound(total_parts(e, s)));
+  return Bounded::with_shared(v, unless_overflow(v, with_rounding(e, rho), s), s, r);
 }
 }  // namespace detail
 
 // IEEE sqrt is correctly rounded, but CUDA's approximate forms are not:
 // counted as a transcendental.
-inline Bounded sqrt(const Bounded& x) { return detail::unary(x, std::sqrt(x.value), detail::sqrt_error); }
+// sqrt'' = -1 / (4 x^1.5), largest at the interval's lower end.
+inline Bounded sqrt(const Bounded& x) {
+  const double low = x.value - x.kernel_bound;
+  return detail::unary(x, std::sqrt(x.value), detail::sqrt_error, x.value > 0.0 ? 0.5 / std::sqrt(x.value) : 0.0,
+                       low > 0.0 ? 0.25 / (low * std::sqrt(low)) : kInf);
+}
 
 inline double exp(double x) { return std::exp(x); }
-inline Bounded exp(const Bounded& x) { return detail::unary(x, std::exp(x.value), detail::exp_error); }
+// exp'' = exp, largest at the interval's upper end.
+inline Bounded exp(const Bounded& x) {
+  const double high = x.value + x.kernel_bound;
+  return detail::unary(x, std::exp(x.value), detail::exp_error, std::exp(x.value), high < 700.0 ? std::exp(high) : kInf);
+}
 
 inline double log(double x) { return std::log(x); }
-inline Bounded log(const Bounded& x) { return detail::unary(x, std::log(x.value), detail::log_error); }
+// log'' = -1 / x^2, largest at the interval's lower end.
+inline Bounded log(const Bounded& x) {
+  const double low = x.value - x.kernel_bound;
+  return detail::unary(x, std::log(x.value), detail::log_error, 1.0 / x.value, low > 0.0 ? 1.0 / (low * low) : kInf);
+}
 
 inline double tanh(double x) { return std::tanh(x); }
-inline Bounded tanh(const Bounded& x) { return detail::unary(x, std::tanh(x.value), detail::tanh_error); }
+inline Bounded within_interval(const Bounded& x, double lo, double hi);
+// |tanh''| = 2 |tanh| sech^2 <= 4 / (3 sqrt 3) everywhere.
+// And |tanh| <= 1 a priori (the kernel's within its transcendental error).
+inline Bounded tanh(const Bounded& x) {
+  const double t = std::tanh(x.value);
+  const Bounded out = detail::unary(x, t, detail::tanh_error, 1.0 - t * t, 4.0 / (3.0 * std::sqrt(3.0)));
+  const double reach = 1.0 + 2.0 * rounding_model().transcendental_ulps * rounding_model().arithmetic_u;
+  return within_interval(out, -reach, reach);
+}
 
 // A tensor stored by the kernel in the dtype of `where`: one more rounding.
 // The float64 reference stores nothing, so T = double is the identity.
@@ -469,7 +715,7 @@ inline Bounded store(const Bounded& x, Storage where) {
   // happen is judged with the hard bound. The value is unbounded only where
   // the active bound reaches the threshold.
   if (std::isfinite(f.overflow_threshold)) {
-    const double hard = hard_bound(x.kernel_parts);
+    const double hard = hard_bound(detail::collapsed_parts(x));
     if (!(std::abs(x.value) + hard < f.overflow_threshold))
       count_overflow(true, std::abs(x.value) - hard >= f.overflow_threshold);
     if (!(std::abs(x.value) + x.kernel_bound < f.overflow_threshold) && !stores_known_finite()) {
@@ -481,7 +727,7 @@ inline Bounded store(const Bounded& x, Storage where) {
   if (f.unit_roundoff == 0.0) return x;  // same format as the registers
   if (x.kernel_bound == 0.0 && representable(x.value, f.significand_bits, f.min_exponent)) return x;
   const double rho = f.unit_roundoff * (std::abs(x.value) + x.kernel_bound) + f.underflow_floor;
-  return Bounded::with_parts(x.value, detail::with_rounding(x.kernel_parts, rho), x.reference);
+  return Bounded::with_shared(x.value, detail::with_rounding(x.kernel_parts, rho), x.shared, x.reference);
 }
 
 // An input of the computation (data, the compute copy of the weights)
@@ -558,18 +804,91 @@ struct SumOfErrors {
 };
 }  // namespace detail
 
+namespace detail {
+// The shared terms of a sum's terms, merged. A source that appears in one
+// term only cannot cancel: it is folded into that term's parts
+// (systematic), so the sum treats it as that term's own error. Sources in
+// several terms keep one coefficient, the signed sum of theirs; beyond
+// kSharedTerms the least significant are folded into `overflow`.
+inline SharedTerms merge_shared(std::vector<Bounded>& terms, std::vector<ErrorParts>& parts, ErrorParts& overflow) {
+  struct Source {
+    SharedTerm merged;  // coefficient: the signed sum over terms
+    long terms = 0;
+  };
+  // Few distinct sources are usual (a row's statistics shared by all of a
+  // reduction's terms): a flat list, searched linearly.
+  constexpr std::size_t kFew = 16;
+  std::vector<Source> sources;
+  bool many = false;
+  for (std::size_t k = 0; k < terms.size() && !many; ++k)
+    for (int i = 0; i < terms[k].shared.count; ++i) {
+      const SharedTerm& st = terms[k].shared.term[i];
+      auto it = std::find_if(sources.begin(), sources.end(), [&](const Source& a) { return a.merged.source == st.source; });
+      if (it == sources.end()) {
+        if (sources.size() == kFew) {
+          many = true;
+          break;
+        }
+        it = sources.insert(sources.end(), Source{{st.source, 0.0, st.bound}, 0});
+      }
+      it->merged.coefficient += st.coefficient;
+      ++it->terms;
+    }
+  if (many) {
+    // Folding a shared term into its own term's systematic part is always
+    // sound (systematic parts add linearly: the triangle inequality); it
+    // gives up only the cancellation of one source between terms, which a
+    // reduction over many rows' distinct statistics rarely has.
+    for (std::size_t k = 0; k < terms.size(); ++k) parts[k].systematic += shared_magnitude(terms[k].shared);
+    return {};
+  }
+  SharedTerms out;
+  if (sources.empty()) return out;
+  const auto find = [&](std::uint64_t id) -> const Source& {
+    return *std::find_if(sources.begin(), sources.end(), [&](const Source& a) { return a.merged.source == id; });
+  };
+  for (std::size_t k = 0; k < terms.size(); ++k)
+    for (int i = 0; i < terms[k].shared.count; ++i) {
+      const SharedTerm& t = terms[k].shared.term[i];
+      if (find(t.source).terms == 1) parts[k].systematic += std::abs(t.coefficient) * t.bound;
+    }
+  std::vector<SharedTerm> merged;
+  for (const Source& src : sources)
+    if (src.terms > 1 && src.merged.coefficient != 0.0) merged.push_back(src.merged);
+  std::sort(merged.begin(), merged.end(), [](const SharedTerm& a, const SharedTerm& b) {
+    return std::abs(a.coefficient) * a.bound > std::abs(b.coefficient) * b.bound;
+  });
+  for (const SharedTerm& m : merged) {
+    if (out.count < kSharedTerms) {
+      out.term[out.count++] = m;
+    } else {
+      overflow.systematic += std::abs(m.coefficient) * m.bound;
+    }
+  }
+  return out;
+}
+}  // namespace detail
+
 template <class F>
 Bounded reduce_sum(long n, F&& term, const Bounded& /*tag*/) {
   double v = 0.0, r = 0.0, magnitude = 0.0, kernel_magnitude = 0.0;
   detail::SumOfErrors errors;
+  std::vector<Bounded> terms;
+  terms.reserve(static_cast<std::size_t>(n));
+  for (long i = 0; i < n; ++i) terms.push_back(term(i));
+  std::vector<ErrorParts> parts;
+  parts.reserve(terms.size());
+  for (const Bounded& t : terms) parts.push_back(t.kernel_parts);
+  ErrorParts overflow;
+  const SharedTerms shared = detail::merge_shared(terms, parts, overflow);
   std::vector<std::pair<double, ErrorParts>> term_errors;
   term_errors.reserve(static_cast<std::size_t>(n));
   bool exact_terms = true;
   int granularity = 1 << 20;
-  for (long i = 0; i < n; ++i) {
-    const Bounded t = term(i);
+  for (std::size_t i = 0; i < terms.size(); ++i) {
+    const Bounded& t = terms[i];
     v += t.value;
-    term_errors.emplace_back(t.value, t.kernel_parts);
+    term_errors.emplace_back(t.value, parts[i]);
     exact_terms = exact_terms && t.kernel_bound == 0.0;
     r += t.reference;
     magnitude += std::abs(t.value);
@@ -582,10 +901,11 @@ Bounded reduce_sum(long n, F&& term, const Bounded& /*tag*/) {
   errors.add_grouped(term_errors);
   const RoundingModel& m = rounding_model();
   const bool exact = exact_in(24, exact_terms);
-  const ErrorParts e = errors.with_rounding(n, exact ? 0.0 : m.reduction_u, kernel_magnitude,
-                                             exact ? 0.0 : reduction_gamma(n, m.reduction_u) * kernel_magnitude);
+  ErrorParts e = errors.with_rounding(n, exact ? 0.0 : m.reduction_u, kernel_magnitude,
+                                      exact ? 0.0 : reduction_gamma(n, m.reduction_u) * kernel_magnitude);
+  e = detail::plus(e, overflow);
   if (!exact_in(53, r == 0.0)) r += reference_gamma(n) * magnitude;
-  return Bounded::with_parts(v, detail::unless_overflow(kernel_magnitude, e), r);
+  return Bounded::with_shared(v, detail::unless_overflow(kernel_magnitude, e, shared), shared, r);
 }
 
 namespace detail {
@@ -626,7 +946,7 @@ Bounded compensated_sum(long n, F&& term, Storage where, const Bounded& /*tag*/)
   for (long i = 0; i < n; ++i) {
     const Bounded t = term(i);
     v += t.value;
-    errors.add(t.kernel_parts);
+    errors.add(detail::collapsed_parts(t));
     r += t.reference;
     magnitude += std::abs(t.value);
     kernel_magnitude += std::abs(t.value) + t.kernel_bound;
@@ -682,9 +1002,10 @@ Bounded accumulated_sum(long n, F&& term, Storage where, const Bounded& /*tag*/)
     // Micro-batches may share error sources (the same rows computed alike):
     // their own errors add linearly; only the buffer's roundings below are
     // independent of each other.
-    e.systematic += t.kernel_parts.systematic;
-    e.random += t.kernel_parts.random;
-    term_scales += t.kernel_parts.scale;
+    const ErrorParts te = detail::collapsed_parts(t);  // micro-batch sums share no cancellation the model follows
+    e.systematic += te.systematic;
+    e.random += te.random;
+    term_scales += te.scale;
     exact = exact && t.kernel_bound == 0.0 && representable(v, p, e_min) && representable(v, 24, -126);
     if (exact) continue;
     const double k = combined_bound(e);

@@ -62,6 +62,8 @@ Matrix<T> relu_backward(const Matrix<T>& x, const Matrix<T>& dy) {
 // GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 inline constexpr double kGeluSqrt2OverPi = 0.7978845608028654;
 inline constexpr double kGeluCubic = 0.044715;
+// -min gelu'(x) = max gelu'(x) - 1 = 0.128993..., rounded up.
+inline constexpr double kGeluSlopeReach = 0.12900;
 
 template <class T>
 T gelu_inner(const T& x) {
@@ -86,7 +88,10 @@ Matrix<T> gelu_backward(const Matrix<T>& x, const Matrix<T>& dy) {
     const T& v = x.data()[i];
     const T t = tanh(gelu_inner(v));
     const T inner_grad = T(kGeluSqrt2OverPi) * (T(1.0) + T(3.0 * kGeluCubic) * v * v);
-    const T grad = T(0.5) * (T(1.0) + t) + T(0.5) * v * (T(1.0) - t * t) * inner_grad;
+    // gelu' lies within [-0.12899, 1.12899] for every x (its extremes at
+    // x = -+1.4185), so its error is bounded whatever x's is.
+    const T grad = within_interval(T(0.5) * (T(1.0) + t) + T(0.5) * v * (T(1.0) - t * t) * inner_grad,
+                                   -kGeluSlopeReach * a_priori_margin(1), (1.0 + kGeluSlopeReach) * a_priori_margin(1));
     dx.data()[i] = dy.data()[i] * grad;
   }
   return dx;
@@ -164,11 +169,14 @@ NormMoments<T> norm_moments(const NormShape& s, const Matrix<T>& x) {
       mean = reduce<T>(n, [&](long i) { auto [r, c] = element(i); return x(r, c); }) / T(static_cast<double>(n));
     m.count.push_back(n);
     m.mean.push_back(mean);
-    m.m2.push_back(reduce<T>(n, [&](long i) {
+    // The mean enters the squared deviations as the exact constant it is
+    // to first order (exact_shift), its error only at second order.
+    const T shift = exact_shift(mean);
+    m.m2.push_back(second_order_shift(reduce<T>(n, [&](long i) {
       auto [r, c] = element(i);
-      const T d = x(r, c) - mean;
+      const T d = x(r, c) - shift;
       return d * d;
-    }));
+    }), mean, n));
   });
   return m;
 }
@@ -196,8 +204,13 @@ NormStatistics<T> statistics_from(const NormShape& s, const NormMoments<T>& m) {
   NormStatistics<T> st;
   for (std::size_t g = 0; g < m.count.size(); ++g) {
     const long n = m.count[g];
-    st.mean.push_back(m.mean[g]);
-    st.rstd.push_back(T(1.0) / sqrt(m.m2[g] / T(static_cast<double>(n)) + T(s.eps)));
+    // Every element of the group uses the same mean and 1/sigma: shared
+    // values, whose errors are followed with their signs (bounded.h).
+    st.mean.push_back(shared(m.mean[g]));
+    // 0 < rstd <= 1 / sqrt(eps), whatever the variance.
+    const double rstd_max = a_priori_margin(n) / std::sqrt(s.eps);
+    st.rstd.push_back(
+        shared(within_interval(T(1.0) / sqrt(m.m2[g] / T(static_cast<double>(n)) + T(s.eps)), 0.0, rstd_max)));
     st.unbiased_var.push_back(n > 1 ? m.m2[g] / T(static_cast<double>(n - 1)) : T(0.0));
   }
   return st;
@@ -213,10 +226,14 @@ NormStatistics<T> norm_statistics(const NormShape& s, const Matrix<T>& x) {
 // (x / 1, exact), so x - mean is exactly 0 in every implementation, and so
 // is every x_hat and every dx of that group. Written out, so that the
 // error bounds do not treat x and its own mean as independent.
+//
+// |x_hat| < sqrt(n) a priori: sum x_hat^2 = n var / (var + eps) < n over a
+// group (n mean(x^2) / (mean(x^2) + eps) for RMSNorm).
 template <class T>
 T normalized(const NormShape& s, long n, const T& x, const NormStatistics<T>& st, long g) {
   if (n == 1 && s.kind != NormKind::rms) return T(0.0);
-  return (x - shared(st.mean[g])) * shared(st.rstd[g]);
+  const double reach = std::sqrt(static_cast<double>(n)) * a_priori_margin(n);
+  return within_interval((x - st.mean[g]) * st.rstd[g], -reach, reach);
 }
 
 template <class T>
@@ -303,7 +320,7 @@ NormGrads<T> norm_backward(const NormShape& s, const Matrix<T>& x, const Matrix<
       x_hat(r, c) = normalized(s, n, x(r, c), st, g);
       out.dx(r, c) = n == 1 && s.kind != NormKind::rms
                          ? T(0.0)
-                         : shared(st.rstd[g]) * (gamma(0, c) * dy(r, c) - mean_g - x_hat(r, c) * mean_gx);
+                         : st.rstd[g] * (gamma(0, c) * dy(r, c) - mean_g - x_hat(r, c) * mean_gx);
     }
     ++g;
   });

@@ -62,8 +62,10 @@ LossAndGrad<T> cross_entropy_loss(const Matrix<T>& logits, const std::vector<int
     for (long j = 0; j < d; ++j) shifted_exp[j] = exp(logits(i, j) - row_max);
     const T denom = shared(reduce<T>(d, [&](long j) { return shifted_exp[j]; }));
     row_loss[i] = log(denom) - (logits(i, classes[i]) - row_max);
+    // 0 <= p <= 1 a priori: the denominator holds the numerator.
+    const double p_max = a_priori_margin(d);
     for (long j = 0; j < d; ++j) {
-      const T p = shifted_exp[j] / denom;
+      const T p = within_interval(shifted_exp[j] / denom, 0.0, p_max);
       out.dy(i, j) = scale * (j == classes[i] ? p - T(1.0) : p);
     }
   }

@@ -113,9 +113,10 @@ void adam_step(const OptimizerSpec& o, double lr, long step, Matrix<T>& p, const
 
 // Clip coefficient for gradients whose global 2-norm is `norm`: 1 when the
 // norm is within max_norm (as if not applied), else max_norm / (norm + 1e-6).
+// It lies in (0, 1] a priori (the kernel's within a few roundings of it).
 template <class T>
 T clip_coefficient(const ClipSpec& c, const T& norm) {
-  return min(T(1.0), T(c.max_norm) / (norm + T(kClipEpsilon)));
+  return within_interval(min(T(1.0), T(c.max_norm) / (norm + T(kClipEpsilon))), 0.0, a_priori_margin(1));
 }
 
 }  // namespace gradeq::ref

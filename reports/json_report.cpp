@@ -27,6 +27,8 @@ nlohmann::json check_json(const TensorCheck& c) {
           {"expected_norm", json_number(c.expected_norm)},
           {"non_finite_actual", c.non_finite_actual},
           {"unbounded", c.unbounded},
+          {"unbounded_rows", c.unbounded_rows},
+          {"judged", c.judged},
           {"failure", c.failure_reason()}};
 }
 
