@@ -150,18 +150,19 @@ struct ErrorParts {
 // after LayerNorm, softmax after a shift, the next normalizer). |delta| is
 // bounded by `bound` (the shared value's combined bound when it was made).
 // NUMERICS §3.
+// Trivial (no initializers): only the first `count` of a list are read.
 struct SharedTerm {
-  std::uint64_t source = 0;
-  double coefficient = 0.0;
-  double bound = 0.0;
+  std::uint64_t source;
+  double coefficient;
+  double bound;
 };
 
 // At most kSharedTerms per value: beyond that the least significant are
 // folded into the systematic part (|coefficient| bound), which is what a
 // shared error always was before it could be followed.
-inline constexpr int kSharedTerms = 6;
+inline constexpr int kSharedTerms = 4;
 struct SharedTerms {
-  std::array<SharedTerm, kSharedTerms> term{};
+  std::array<SharedTerm, kSharedTerms> term;
   int count = 0;
 };
 

@@ -75,6 +75,7 @@ nlohmann::json report_json(const CheckReport& r) {
                           {"worst_case", p.worst_case},
                           {"discarded_vacuous", p.discarded_vacuous},
                           {"discarded_ill_conditioned", p.discarded_ill_conditioned},
+                          {"discard_rate", p.discard_rate()},
                           {"counterexample", p.counterexample},
                           {"message", p.message},
                           {"reproduce", p.reproduce},

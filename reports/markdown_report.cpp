@@ -110,12 +110,14 @@ std::string report_markdown(const CheckReport& r) {
   if (!r.properties.empty()) {
     md << "## Properties\n\nEach property ran on generated cases; a case is discarded (and counted) when it cannot "
           "decide the property whatever the backend does: all reference gradients zero (vacuous), or an element the "
-          "error model cannot bound (ill-conditioned).\n\n";
-    md << "| property | cases passed | worst error/bound | discarded vacuous | discarded ill-conditioned | result |\n"
-          "|---|---|---|---|---|---|\n";
+          "error model cannot bound (ill-conditioned). A property that discards more than "
+       << 100.0 * kMaxDiscardRate << " % of its cases fails: it would not test what it claims.\n\n";
+    md << "| property | cases passed | worst error/bound | discarded vacuous | discarded ill-conditioned | discard rate | "
+          "result |\n|---|---|---|---|---|---|---|\n";
     for (const PropertyRun& p : r.properties)
       md << "| " << p.name << " | " << p.cases << " | " << sci(p.worst_ratio) << " | " << p.discarded_vacuous << " | "
-         << p.discarded_ill_conditioned << " | " << mark(p.passed) << " |\n";
+         << p.discarded_ill_conditioned << " | " << fmt::format("{:.2f} %", 100.0 * p.discard_rate()) << " | "
+         << mark(p.passed) << " |\n";
     md << "\n";
     for (const PropertyRun& p : r.properties) {
       if (p.passed) continue;

@@ -10,6 +10,7 @@
 #include "kernels/element_math.h"
 #include "reference/bounded.h"
 #include "reference/layers.h"
+#include "reference/losses.h"
 
 namespace gradeq::ref {
 namespace {
@@ -151,6 +152,93 @@ TEST(Bounded, KahanIntoNarrowBuffersStaysWithinItsBound) {
     }
     EXPECT_GT(worst_over_textbook, 1.0) << dtype_name(d);
   }
+}
+
+}  // namespace
+}  // namespace gradeq::ref
+
+namespace gradeq::ref {
+namespace {
+
+// A row normalized in float32 (two-pass mean and variance, as the kernels
+// do) and summed with weights, like a linear layer after LayerNorm: the
+// float32 result stays within the bound, and the bound follows the shared
+// 1/sigma and mean with their signs: it is far below what adding their
+// errors in magnitude gives.
+TEST(Bounded, SharedStatisticsCancelInTheNextLinearLayer) {
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  const long n = 64;
+  const NormShape shape{NormKind::layer, 1, 1, static_cast<double>(1e-5f)};
+  double shared_total = 0.0, magnitude_total = 0.0;
+  for (int trial = 0; trial < 200; ++trial) {
+    Matrix<double> x(1, n), w(1, n);
+    for (long k = 0; k < n; ++k) {
+      x(0, k) = static_cast<float>(normal(rng) * 3.0 + 1.0);
+      w(0, k) = static_cast<float>(normal(rng) / 8.0);
+    }
+    // The kernel, in float32.
+    float mean = 0.0f, sq = 0.0f;
+    for (long k = 0; k < n; ++k) mean += static_cast<float>(x(0, k));
+    mean /= static_cast<float>(n);
+    for (long k = 0; k < n; ++k) sq += (static_cast<float>(x(0, k)) - mean) * (static_cast<float>(x(0, k)) - mean);
+    const float rstd = 1.0f / std::sqrt(sq / static_cast<float>(n) + 1e-5f);
+    float y = 0.0f;
+    for (long k = 0; k < n; ++k) y += static_cast<float>(w(0, k)) * ((static_cast<float>(x(0, k)) - mean) * rstd);
+    // The reference, and the same with the statistics' errors in magnitude.
+    const Matrix<Bounded> xb = lift<Bounded>(x);
+    const NormStatistics<Bounded> st = norm_statistics(shape, xb);
+    NormStatistics<Bounded> magnitude = st;
+    for (Bounded* v : {&magnitude.mean[0], &magnitude.rstd[0]}) *v = Bounded::with_bounds(v->value, v->kernel_bound, v->reference);
+    auto linear = [&](const NormStatistics<Bounded>& s) {
+      return reduce<Bounded>(n, [&](long k) { return Bounded(w(0, k)) * normalized(shape, n, xb(0, k), s, 0); });
+    };
+    const Bounded with_shared = linear(st), with_magnitudes = linear(magnitude);
+    ASSERT_LE(std::abs(static_cast<double>(y) - with_shared.value), with_shared.kernel_bound) << "trial " << trial;
+    shared_total += with_shared.kernel_bound;
+    magnitude_total += with_magnitudes.kernel_bound;
+  }
+  EXPECT_LT(shared_total, 0.5 * magnitude_total);
+}
+
+// Quantities bounded a priori keep a finite bound however ill-conditioned
+// their inputs: a normalized value within sqrt(n), 1/sigma within
+// 1/sqrt(eps), a softmax probability within [0, 1].
+TEST(Bounded, APrioriIntervalsKeepIllConditionedGroupsBounded) {
+  const ScopedRoundingModel scope(rounding_model_for({DType::bf16, DType::f32}, ErrorModel{}));
+  const long n = 8;
+  const NormShape shape{NormKind::layer, 1, 1, 1e-5};
+  Matrix<Bounded> x(1, n);
+  // A constant row known only to bfloat16 precision: its variance lies
+  // within its own error.
+  for (long k = 0; k < n; ++k) x(0, k) = Bounded::with_bounds(1.0 + 1e-6 * static_cast<double>(k), 4e-3, 0.0);
+  const NormStatistics<Bounded> st = norm_statistics(shape, x);
+  ASSERT_TRUE(std::isfinite(st.rstd[0].kernel_bound));
+  EXPECT_LE(st.rstd[0].kernel_bound, a_priori_margin(n) / std::sqrt(1e-5));
+  for (long k = 0; k < n; ++k) {
+    const Bounded h = normalized(shape, n, x(0, k), st, 0);
+    ASSERT_TRUE(std::isfinite(h.kernel_bound));
+    EXPECT_LE(h.kernel_bound, std::sqrt(static_cast<double>(n)) * a_priori_margin(n) + std::abs(h.value));
+  }
+  Matrix<Bounded> logits(1, 3);
+  for (long j = 0; j < 3; ++j) logits(0, j) = Bounded::with_bounds(static_cast<double>(j), 50.0, 0.0);
+  const auto ce = cross_entropy_loss(logits, {1}, Bounded(1.0));
+  for (long j = 0; j < 3; ++j) EXPECT_LE(ce.dy(0, j).kernel_bound, 1.0 + 1e-5) << j;
+}
+
+// GELU's derivative (tanh form), as the kernels compute it, lies within
+// the interval the reference assumes for it.
+TEST(Bounded, GeluSlopeLiesWithinItsInterval) {
+  float lowest = 1.0f, highest = 0.0f;
+  for (int i = -200000; i <= 200000; ++i) {
+    const float g = element::gelu_tanh_grad(static_cast<float>(i) * 1e-4f, 1.0f);
+    lowest = std::min(lowest, g);
+    highest = std::max(highest, g);
+  }
+  EXPECT_GE(lowest, -kGeluSlopeReach);
+  EXPECT_LE(highest, 1.0 + kGeluSlopeReach);
+  EXPECT_LT(lowest, -0.128);  // the interval is not wider than it needs to be
+  EXPECT_GT(highest, 1.128);
 }
 
 }  // namespace
