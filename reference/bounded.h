@@ -784,12 +784,17 @@ struct SumOfErrors {
   // Terms of equal value come from the same computation on the same
   // numbers (a constant row, a repeated sample): the kernel rounds them
   // alike, so their scales add linearly before the quadrature.
+  // NaN values (a run that diverged) order after every number and group
+  // with nothing: the order stays a strict weak one and every group holds
+  // at least its first term, so the loop always advances.
   void add_grouped(std::vector<std::pair<double, ErrorParts>>& terms) {
-    std::sort(terms.begin(), terms.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::sort(terms.begin(), terms.end(), [](const auto& a, const auto& b) {
+      return std::isnan(b.first) ? !std::isnan(a.first) : a.first < b.first;
+    });
     for (std::size_t i = 0; i < terms.size();) {
       double scale = 0.0;
       std::size_t j = i;
-      for (; j < terms.size() && terms[j].first == terms[i].first; ++j) {
+      for (; j < terms.size() && (j == i || terms[j].first == terms[i].first); ++j) {
         systematic += terms[j].second.systematic;
         random += terms[j].second.random;
         scale += terms[j].second.scale;

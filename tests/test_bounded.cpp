@@ -2,6 +2,7 @@
 // stay within the propagated kernel bound of the exact (float64) value, and
 // exact float32 arithmetic is recognised as exact.
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -239,6 +240,21 @@ TEST(Bounded, GeluSlopeLiesWithinItsInterval) {
   EXPECT_LE(highest, 1.0 + kGeluSlopeReach);
   EXPECT_LT(lowest, -0.128);  // the interval is not wider than it needs to be
   EXPECT_GT(highest, 1.128);
+}
+
+}  // namespace
+}  // namespace gradeq::ref
+
+namespace gradeq::ref {
+namespace {
+
+// A sum whose terms hold NaN (a run that diverged) ends, and has no finite
+// bound.
+TEST(Bounded, SumsWithNaNTermsEndUnbounded) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<double> values = {1.0, nan, 2.0, nan, 1.0};
+  const Bounded s = reduce<Bounded>(5, [&](long i) { return Bounded::with_bounds(values[static_cast<std::size_t>(i)], 1e-3, 0.0); });
+  EXPECT_FALSE(std::isfinite(s.kernel_bound) && std::isfinite(s.value));
 }
 
 }  // namespace
