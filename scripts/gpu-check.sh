@@ -91,7 +91,7 @@ sanitize() {  # TOOL COMMAND...
   "$sanitizer" --tool "$tool" "${extra[@]}" --error-exitcode 1 "$@"
 }
 memcheck() {
-  sanitize memcheck build/tests/test_backend_ops --gtest_filter='*/cuda' &&
+  sanitize memcheck build/tests/test_backend_ops --gtest_filter='*cuda' &&
     sanitize memcheck build/gradeq check --backend cuda --cases 3
 }
 
@@ -121,7 +121,7 @@ step tests 240 cuda_tests
 step report 120 build/gradeq report --backend cuda --out "$out/report"
 step selftest 240 selftest
 step memcheck 240 memcheck
-step racecheck 180 sanitize racecheck build/tests/test_backend_ops --gtest_filter='*/cuda'
+step racecheck 180 sanitize racecheck build/tests/test_backend_ops --gtest_filter='*cuda'
 step bench 180 build/gradeq_bench_cuda --benchmark_min_time=0.2 --benchmark_out="$out/bench.json" \
   --benchmark_out_format=json
 
