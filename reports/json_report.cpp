@@ -7,6 +7,8 @@
 namespace gradeq {
 namespace {
 
+constexpr int kReportSchemaVersion = 1;
+
 nlohmann::json check_json(const TensorCheck& c) {
   return {{"tensor", c.name},
           {"window", c.window},
@@ -80,7 +82,9 @@ nlohmann::json report_json(const CheckReport& r) {
                           {"message", p.message},
                           {"reproduce", p.reproduce},
                           {"seconds", p.seconds}});
+  // Bumped whenever a field changes meaning or goes away.
   nlohmann::json out = {{"tool", "gradeq"},
+          {"schema_version", kReportSchemaVersion},
           {"version", r.version},
           {"started_at", r.started_at},
           {"backend", r.backend},

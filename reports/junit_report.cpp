@@ -22,30 +22,63 @@ std::string xml_escape(const std::string& s) {
   return out;
 }
 
-void test_case(std::ostringstream& x, const std::string& suite, const std::string& name, double seconds,
-               bool passed, const std::string& failure) {
-  x << "  <testcase classname=\"gradeq." << suite << "\" name=\"" << xml_escape(name) << "\" time=\""
+// A failing case is a <failure>; one the error model could not decide
+// (inconclusive, or a property that could not decide enough of its cases)
+// is an <error>: nothing was shown wrong, nothing was shown right.
+enum class Outcome { pass, failure, error };
+
+void test_case(std::ostringstream& x, const std::string& classname, const std::string& name, double seconds,
+               Outcome outcome, const std::string& message) {
+  x << "  <testcase classname=\"" << xml_escape(classname) << "\" name=\"" << xml_escape(name) << "\" time=\""
     << fmt::format("{:.3f}", seconds) << "\"";
-  if (passed) {
+  if (outcome == Outcome::pass) {
     x << "/>\n";
     return;
   }
-  x << ">\n    <failure message=\"" << xml_escape(failure) << "\">" << xml_escape(failure) << "</failure>\n  </testcase>\n";
+  const char* tag = outcome == Outcome::failure ? "failure" : "error";
+  x << ">\n    <" << tag << " message=\"" << xml_escape(message) << "\">" << xml_escape(message) << "</" << tag
+    << ">\n  </testcase>\n";
+}
+
+Outcome outcome_of(const ScenarioResult& s) {
+  if (s.passed()) return Outcome::pass;
+  for (const Verdict* v : {&s.math, &s.kernel, &s.accumulation})
+    if (v->status == Status::fail) return Outcome::failure;
+  return s.inconclusive() ? Outcome::error : Outcome::failure;
+}
+
+Outcome outcome_of(const PropertyRun& p) {
+  if (p.passed) return Outcome::pass;
+  return p.counterexample_spec ? Outcome::failure : Outcome::error;
 }
 
 }  // namespace
 
 std::string report_junit(const CheckReport& r) {
+  // The suite is named after the backend, so cpu and cuda runs of one
+  // pipeline do not collide.
+  const std::string suite = "gradeq." + r.backend;
+  long failures = 0, errors = 0;
+  for (const ScenarioResult& s : r.scenarios) {
+    failures += outcome_of(s) == Outcome::failure;
+    errors += outcome_of(s) == Outcome::error;
+  }
+  for (const PropertyRun& p : r.properties) {
+    failures += outcome_of(p) == Outcome::failure;
+    errors += outcome_of(p) == Outcome::error;
+  }
   std::ostringstream x;
   x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  x << "<testsuite name=\"gradeq\" tests=\"" << r.scenarios.size() + r.properties.size() << "\" failures=\""
-    << r.failures() << "\" time=\"" << fmt::format("{:.3f}", r.seconds) << "\" timestamp=\"" << r.started_at << "\">\n";
-  for (const ScenarioResult& s : r.scenarios) test_case(x, "scenario", s.spec.name, s.seconds, s.passed(), s.first_failure());
+  x << "<testsuite name=\"" << suite << "\" tests=\"" << r.scenarios.size() + r.properties.size() << "\" failures=\""
+    << failures << "\" errors=\"" << errors << "\" skipped=\"0\" time=\"" << fmt::format("{:.3f}", r.seconds)
+    << "\" timestamp=\"" << r.started_at << "\">\n";
+  for (const ScenarioResult& s : r.scenarios)
+    test_case(x, suite + ".scenario", s.spec.name, s.seconds, outcome_of(s), s.first_failure());
   for (const PropertyRun& p : r.properties) {
-    std::string failure = p.message;
-    if (!p.counterexample.empty()) failure += " | counterexample: " + p.counterexample;
-    if (!p.reproduce.empty()) failure += " | RC_PARAMS=\"" + p.reproduce + "\"";
-    test_case(x, "property", p.name, p.seconds, p.passed, failure);
+    std::string message = p.message;
+    if (!p.counterexample.empty()) message += " | counterexample: " + p.counterexample;
+    if (!p.reproduce.empty()) message += " | RC_PARAMS=\"" + p.reproduce + "\"";
+    test_case(x, suite + ".property", p.name, p.seconds, outcome_of(p), message);
   }
   x << "</testsuite>\n";
   return x.str();

@@ -11,6 +11,7 @@
 #include "harness/gate/gate.h"
 #include "harness/gate/selftest.h"
 #include "harness/suite.h"
+#include "reports/report.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "support.h"
 
@@ -231,3 +232,45 @@ TEST(Dump, WritesNpyFilesAndAManifest) {
 
 }  // namespace
 }  // namespace gradeq::test
+
+namespace gradeq {
+namespace {
+
+// The writers: report.json carries its schema version and no failure text
+// on passing checks; junit.xml names its suite after the backend, counts
+// failures and errors apart, and maps a case the error model could not
+// decide to an <error>, a failing one to a <failure>.
+TEST(Reports, JsonAndJunitSayWhatHappened) {
+  GateOptions options;
+  options.scenarios = {"mlp_mse_equal", "exact_dyadic"};
+  options.run_properties = false;
+  CpuBackend cpu;
+  CheckReport report = run_gate(options, cpu);
+  ASSERT_EQ(report.scenarios.size(), 2u);
+  ASSERT_TRUE(report.passed());
+  const nlohmann::json j = report_json(report);
+  EXPECT_EQ(j.at("schema_version"), 1);
+  long checks = 0;
+  for (const auto& s : j.at("scenarios"))
+    for (const auto& v : s.at("verdicts"))
+      for (const auto& t : v.at("tensors")) {
+        EXPECT_EQ(t.at("failure"), "") << t.at("tensor");
+        ++checks;
+      }
+  EXPECT_GT(checks, 0);
+  std::string junit = report_junit(report);
+  EXPECT_NE(junit.find("<testsuite name=\"gradeq.cpu\""), std::string::npos) << junit;
+  EXPECT_NE(junit.find("failures=\"0\" errors=\"0\" skipped=\"0\""), std::string::npos) << junit;
+
+  report.scenarios[0].kernel.status = Status::inconclusive;
+  report.scenarios[0].kernel.note = "no finite bound";
+  report.scenarios[1].accumulation.status = Status::fail;
+  report.scenarios[1].accumulation.note = "outside its bound";
+  junit = report_junit(report);
+  EXPECT_NE(junit.find("failures=\"1\" errors=\"1\""), std::string::npos) << junit;
+  EXPECT_NE(junit.find("<error message=\"kernel correctness inconclusive: no finite bound\""), std::string::npos) << junit;
+  EXPECT_NE(junit.find("<failure message=\"accumulation equivalence: outside its bound\""), std::string::npos) << junit;
+}
+
+}  // namespace
+}  // namespace gradeq
