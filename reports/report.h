@@ -34,5 +34,9 @@ std::string catalogue_listing(const std::string& what);
 // Writes report.json, report.md and junit.xml into dir (created if needed).
 void write_reports(const std::filesystem::path& dir, const CheckReport& report);
 void write_text(const std::filesystem::path& path, const std::string& text);
+// Creates dir if needed and proves it writable, before a run: an output
+// that cannot be written is the environment's fault (EnvironmentError,
+// exit 3), said before the work, not after it.
+void require_writable_directory(const std::filesystem::path& dir);
 
 }  // namespace gradeq

@@ -2,15 +2,29 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "harness/backends.h"
 #include "reports/report.h"
 
 namespace gradeq {
+
+void require_writable_directory(const std::filesystem::path& dir) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) throw EnvironmentError("cannot write into " + dir.string() + ": " + error.message());
+  const std::filesystem::path probe = dir / ".gradeq-write-probe";
+  {
+    std::ofstream out(probe);
+    out << "probe\n";
+    if (!out) throw EnvironmentError("cannot write into " + dir.string());
+  }
+  std::filesystem::remove(probe, error);
+}
 
 void write_text(const std::filesystem::path& path, const std::string& text) {
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
   std::ofstream out(path);
   out << text;
-  if (!out) throw std::runtime_error("cannot write " + path.string());
+  if (!out) throw EnvironmentError("cannot write " + path.string());
 }
 
 void write_reports(const std::filesystem::path& dir, const CheckReport& report) {

@@ -42,6 +42,18 @@ if "$gradeq" list backends | grep -qE '^  cuda +available'; then
 else
   expect 3 "cuda backend unavailable: (no CUDA device|gradeq was built without CUDA)" -- check --backend cuda
 fi
+# An output that cannot be written is the environment's (exit 3), said
+# before any work; an option that does not apply is a usage error.
+expect 3 "cannot write into /dev/null/report" -- report --out /dev/null/report --scenario exact_dyadic
+expect 3 "cannot write into /dev/null" -- check --scenario exact_dyadic --junit /dev/null/junit.xml
+expect 3 "cannot write into /dev/null/sweep" -- sweep norms --seeds 1 --out /dev/null/sweep
+expect 2 "backend applies to .sweep precision" -- sweep norms --backend cpu
+# Every 64-bit seed is a seed.
+expect 0 "PASS" -- check --seed 0 --scenario exact_dyadic
+expect 0 "PASS" -- check --seed 18446744073709551615 --scenario exact_dyadic
+expect 2 "seed must be an integer from 0 to 18446744073709551615" -- check --seed 18446744073709551616 --scenario exact_dyadic
+expect 2 "seed must be" -- check --seed -1 --scenario exact_dyadic
+expect 2 "seed must be" -- selftest --seed 1x
 expect 0 "mlp_mse_equal" -- list scenarios
 expect 0 "cuda" -- list backends
 expect 0 "B19" -- list mutants

@@ -11,6 +11,7 @@
 // 3 environment (e.g. cuda asked for but unavailable).
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -35,7 +36,7 @@ constexpr int kExitPass = 0, kExitFail = 1, kExitUsage = 2, kExitEnvironment = 3
 
 struct CheckArgs {
   std::string backend = "cpu";
-  std::uint64_t seed = 1;
+  std::string seed = "1";
   int cases = 100;
   std::vector<std::string> scenarios, properties;
   std::string error_model = "probabilistic";
@@ -44,7 +45,7 @@ struct CheckArgs {
 
 void add_check_options(CLI::App& cmd, CheckArgs& a) {
   cmd.add_option("--backend", a.backend, "Backend under test")->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd.add_option("--seed", a.seed, "Run seed: the same seed reproduces the same run")->check(CLI::PositiveNumber);
+  cmd.add_option("--seed", a.seed, "Run seed (any 64-bit value): the same seed reproduces the same run");
   cmd.add_option("--cases", a.cases, "Successful cases per property")->check(CLI::Range(1, 1000000));
   cmd.add_option("--config", a.config_file, "Scenarios from this TOML file instead of the embedded suite")
       ->check(CLI::ExistingFile);
@@ -54,6 +55,17 @@ void add_check_options(CLI::App& cmd, CheckArgs& a) {
       ->check(CLI::IsMember({"deterministic", "probabilistic"}));
   cmd.add_option("--junit", a.junit_file, "Also write JUnit XML to this file");
   cmd.add_option("--dump", a.dump_dir, "Write the tensors of the one --scenario as .npy files into this directory");
+}
+
+// A run seed: any 64-bit unsigned value, written in decimal, nothing else
+// (no sign, no wrap-around, no saturation).
+std::uint64_t parse_seed(const std::string& text) {
+  std::uint64_t seed = 0;
+  const char* end = text.data() + text.size();
+  const auto [at, error] = std::from_chars(text.data(), end, seed);
+  if (text.empty() || error != std::errc() || at != end)
+    throw std::invalid_argument("--seed must be an integer from 0 to 18446744073709551615, got '" + text + "'");
+  return seed;
 }
 
 bool stderr_is_terminal() { return isatty(STDERR_FILENO) == 1; }
@@ -75,13 +87,23 @@ void end_progress() {
   if (stderr_is_terminal()) std::cerr << "\r\033[K" << std::flush;
 }
 
+// The directory a file is written into ("." for a bare name).
+std::filesystem::path directory_of(const std::string& file) {
+  const std::filesystem::path parent = std::filesystem::path(file).parent_path();
+  return parent.empty() ? std::filesystem::path(".") : parent;
+}
+
 int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir) {
+  const std::uint64_t seed = parse_seed(a.seed);
   if (!a.dump_dir.empty() && a.scenarios.size() != 1)
     throw std::invalid_argument("--dump needs exactly one --scenario (see `gradeq list scenarios`)");
+  if (report_dir) require_writable_directory(*report_dir);
+  if (!a.junit_file.empty()) require_writable_directory(directory_of(a.junit_file));
+  if (!a.dump_dir.empty()) require_writable_directory(a.dump_dir);
   GateOptions options;
   if (!a.config_file.empty()) options.suite = load_scenarios(a.config_file);
   std::unique_ptr<Backend> backend = make_backend(a.backend);
-  options.seed = a.seed;
+  options.seed = seed;
   options.cases = a.cases;
   options.scenarios = a.scenarios;
   options.properties = a.properties;
@@ -93,10 +115,10 @@ int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir) 
       a.error_model == "probabilistic" ? ref::ReductionBound::probabilistic : ref::ReductionBound::deterministic;
   // A written report carries the studies too.
   options.run_norm_sweep = options.run_precision_sweep = report_dir.has_value();
-  options.norm_sweep.seed = options.precision_sweep.seed = a.seed;
+  options.norm_sweep.seed = options.precision_sweep.seed = options.seed;
 
   std::cout << fmt::format("gradeq check: backend {}, seed {}, {} cases per property, {} error model\n",
-                           backend->name(), a.seed, a.cases, a.error_model);
+                           backend->name(), options.seed, a.cases, a.error_model);
   const ProgressSink progress = make_progress();
   const CheckReport report = run_gate(options, *backend, correct_loop(), progress);
   end_progress();
@@ -121,18 +143,23 @@ struct SweepArgs {
   std::string study;
   std::string backend = "cpu";
   int seeds = 5;
-  std::uint64_t seed = 1;
+  std::string seed = "1";
   std::string out_dir;
+  bool backend_given = false;
 };
 
 int run_sweep(const SweepArgs& a) {
+  const std::uint64_t seed = parse_seed(a.seed);
+  if (a.study == "norms" && a.backend_given)
+    throw std::invalid_argument("--backend applies to `sweep precision`; the norms study runs the float64 reference only");
+  if (!a.out_dir.empty()) require_writable_directory(a.out_dir);
   const ProgressSink progress = make_progress();
   std::string md;
   nlohmann::json json;
   if (a.study == "norms") {
     NormSweepOptions options;
     options.seeds = a.seeds;
-    options.seed = a.seed;
+    options.seed = seed;
     const NormSweep sweep = run_norm_sweep(options, progress);
     md = norm_sweep_markdown(sweep);
     json = norm_sweep_json(sweep);
@@ -140,7 +167,7 @@ int run_sweep(const SweepArgs& a) {
     std::unique_ptr<Backend> backend = make_backend(a.backend);
     PrecisionSweepOptions options;
     options.seeds = a.seeds;
-    options.seed = a.seed;
+    options.seed = seed;
     const PrecisionSweep sweep = run_precision_sweep(options, *backend, progress);
     md = precision_sweep_markdown(sweep);
     json = precision_sweep_json(sweep);
@@ -158,7 +185,7 @@ int run_sweep(const SweepArgs& a) {
 
 struct SelfTestArgs {
   std::string backend = "cpu";
-  std::uint64_t seed = 1;
+  std::string seed = "1";
   int cases = 100;
   long campaign = 0;
   long campaign_mutant_cases = 2000;
@@ -167,9 +194,11 @@ struct SelfTestArgs {
 };
 
 int run_selftest_command(const SelfTestArgs& a) {
+  const std::uint64_t seed = parse_seed(a.seed);
+  if (!a.out_dir.empty()) require_writable_directory(a.out_dir);
   std::unique_ptr<Backend> backend = make_backend(a.backend);
   SelfTestOptions options;
-  options.seed = a.seed;
+  options.seed = seed;
   options.cases = a.cases;
   options.campaign_cases = a.campaign;
   options.campaign_mutant_cases = a.campaign_mutant_cases;
@@ -212,15 +241,16 @@ int main(int argc, char** argv) {
   SweepArgs sweep_args;
   CLI::App* sweep = app.add_subcommand("sweep", "Studies: normalizer divergence by micro-batch size (norms), buffer error by N (precision)");
   sweep->add_option("study", sweep_args.study, "norms or precision")->required()->check(CLI::IsMember({"norms", "precision"}));
-  sweep->add_option("--backend", sweep_args.backend, "Backend for the precision study")->check(CLI::IsMember({"cpu", "cuda"}));
+  CLI::Option* sweep_backend =
+      sweep->add_option("--backend", sweep_args.backend, "Backend for the precision study")->check(CLI::IsMember({"cpu", "cuda"}));
   sweep->add_option("--seeds", sweep_args.seeds, "Seeds per point (mean and spread)")->check(CLI::Range(1, 1000));
-  sweep->add_option("--seed", sweep_args.seed, "Run seed")->check(CLI::PositiveNumber);
+  sweep->add_option("--seed", sweep_args.seed, "Run seed (any 64-bit value)");
   sweep->add_option("--out", sweep_args.out_dir, "Also write sweep_<study>.json and sweep_<study>.md here");
 
   SelfTestArgs selftest_args;
   CLI::App* selftest = app.add_subcommand("selftest", "Show the harness can fail: every property against every mutant");
   selftest->add_option("--backend", selftest_args.backend, "Backend the mutants wrap")->check(CLI::IsMember({"cpu", "cuda"}));
-  selftest->add_option("--seed", selftest_args.seed, "Run seed")->check(CLI::PositiveNumber);
+  selftest->add_option("--seed", selftest_args.seed, "Run seed (any 64-bit value)");
   selftest->add_option("--cases", selftest_args.cases, "Cases per property and mutant")->check(CLI::Range(1, 1000000));
   CLI::Option* campaign =
       selftest->add_option("--campaign", selftest_args.campaign, "Also run a calibration campaign of this many cases")
@@ -263,7 +293,10 @@ int main(int argc, char** argv) {
     }
     if (*report) return run_check(report_args, out_dir);
     if (*list) return run_list(list_what);
-    if (*sweep) return run_sweep(sweep_args);
+    if (*sweep) {
+      sweep_args.backend_given = sweep_backend->count() > 0;
+      return run_sweep(sweep_args);
+    }
     if (*selftest) return run_selftest_command(selftest_args);
   } catch (const EnvironmentError& e) {
     std::cerr << "gradeq: " << e.what() << "\n";
