@@ -76,4 +76,12 @@ double combined_bound(const ErrorParts& e) {
   return e.systematic + (scaled < e.random ? scaled : e.random);
 }
 
+int significant_bits(double x) {
+  if (x == 0.0 || !std::isfinite(x)) return 0;
+  int e = 0;
+  const double m = std::frexp(std::abs(x), &e);
+  const auto mantissa = static_cast<unsigned long long>(std::ldexp(m, 53));
+  return 53 - __builtin_ctzll(mantissa);
+}
+
 }  // namespace gradeq::ref

@@ -5,22 +5,24 @@
 // consecutive rows (a sequence or an image's spatial positions). Weights are
 // [out, in] and y = x W^T + b, as in PyTorch. Backward functions return
 // fresh gradients; accumulating them is the procedure's job. Every sum goes
-// through reduce<T>() so that T = Bounded bounds it. No I/O, no harness types.
+// through reduce<T>() or matmul() so that T = Bounded bounds it. No I/O, no harness types.
 #pragma once
 
 #include "reference/bounded.h"
+#include "reference/matmul.h"
 #include "reference/tensor.h"
 
 namespace gradeq::ref {
 
 // ---------------------------------------------------------------- Linear
 
+// y = x W^T + b: the product by the dot-product rule (reference/dot.h),
+// then the bias added element by element.
 template <class T>
 Matrix<T> linear_forward(const Matrix<T>& x, const Matrix<T>& w, const Matrix<T>& b) {
-  Matrix<T> y(x.rows(), w.rows());
-  for (long i = 0; i < x.rows(); ++i)
-    for (long o = 0; o < w.rows(); ++o)
-      y(i, o) = reduce<T>(x.cols(), [&](long k) { return x(i, k) * w(o, k); }) + b(0, o);
+  Matrix<T> y = matmul(x, transposed(w));
+  for (long i = 0; i < y.rows(); ++i)
+    for (long o = 0; o < y.cols(); ++o) y(i, o) = y(i, o) + b(0, o);
   return y;
 }
 
@@ -29,17 +31,11 @@ struct LinearGrads {
   Matrix<T> dx, dw, db;
 };
 
+// dx = dy W and dW = dy^T x by the dot-product rule; db = column sums of dy.
 template <class T>
 LinearGrads<T> linear_backward(const Matrix<T>& x, const Matrix<T>& w, const Matrix<T>& dy) {
-  LinearGrads<T> g{Matrix<T>(x.rows(), x.cols()), Matrix<T>(w.rows(), w.cols()), Matrix<T>(1, w.rows())};
-  for (long i = 0; i < x.rows(); ++i)
-    for (long k = 0; k < x.cols(); ++k)
-      g.dx(i, k) = reduce<T>(w.rows(), [&](long o) { return dy(i, o) * w(o, k); });
-  for (long o = 0; o < w.rows(); ++o) {
-    for (long k = 0; k < w.cols(); ++k)
-      g.dw(o, k) = reduce<T>(x.rows(), [&](long i) { return dy(i, o) * x(i, k); });
-    g.db(0, o) = reduce<T>(x.rows(), [&](long i) { return dy(i, o); });
-  }
+  LinearGrads<T> g{matmul(dy, w), matmul(transposed(dy), x), Matrix<T>(1, w.rows())};
+  for (long o = 0; o < w.rows(); ++o) g.db(0, o) = reduce<T>(x.rows(), [&](long i) { return dy(i, o); });
   return g;
 }
 

@@ -1,0 +1,258 @@
+// matmul.cpp — the dot-product rule of reference/dot.h for whole matrices.
+#include "reference/matmul.h"
+
+#include <algorithm>
+#include <tuple>
+#include <unordered_set>
+#include <vector>
+
+#include "reference/dot.h"
+
+namespace gradeq::ref {
+namespace {
+
+using Dense = Matrix<double>;
+
+bool all_zero(const Dense& x) { return (x.array() == 0.0).all(); }
+
+// acc += x y, skipped when a factor is zero everywhere.
+void add_product(Dense& acc, const Dense& x, const Dense& y) {
+  if (all_zero(x) || all_zero(y)) return;
+  acc.noalias() += x * y;
+}
+
+Dense product(const Dense& x, const Dense& y) {
+  Dense out = Dense::Zero(x.rows(), y.cols());
+  add_product(out, x, y);
+  return out;
+}
+
+// One operand in parts, element by element.
+struct Parts {
+  Dense value, abs, systematic, random, scale, reference, hard, nonzero;
+  explicit Parts(const Matrix<Bounded>& x)
+      : value(x.rows(), x.cols()), abs(x.rows(), x.cols()), systematic(x.rows(), x.cols()), random(x.rows(), x.cols()),
+        scale(x.rows(), x.cols()), reference(x.rows(), x.cols()), hard(x.rows(), x.cols()), nonzero(x.rows(), x.cols()) {
+    for (long i = 0; i < x.size(); ++i) {
+      const Bounded& b = x.data()[i];
+      value.data()[i] = b.value;
+      abs.data()[i] = std::abs(b.value);
+      systematic.data()[i] = b.kernel_parts.systematic;
+      random.data()[i] = b.kernel_parts.random;
+      scale.data()[i] = b.kernel_parts.scale;
+      reference.data()[i] = b.reference;
+      hard.data()[i] = detail::hard_total(b);
+      nonzero.data()[i] = b.value != 0.0 ? 1.0 : 0.0;
+    }
+  }
+};
+
+// What the exactness test needs of one operand's vector of the reduction.
+struct VectorFacts {
+  int max_bits = 0, min_exponent = 1 << 20;
+  bool exact = true, exact_reference = true, finite = true;
+};
+
+// The facts of each row of x (by_rows) or each column.
+std::vector<VectorFacts> vector_facts(const Matrix<Bounded>& x, bool by_rows) {
+  std::vector<VectorFacts> out(static_cast<std::size_t>(by_rows ? x.rows() : x.cols()));
+  for (long r = 0; r < x.rows(); ++r)
+    for (long c = 0; c < x.cols(); ++c) {
+      VectorFacts& f = out[static_cast<std::size_t>(by_rows ? r : c)];
+      detail::DotExactness d;
+      d.add_a(x(r, c));
+      f.max_bits = std::max(f.max_bits, d.max_bits_a);
+      f.min_exponent = std::min(f.min_exponent, d.min_exponent_a);
+      f.exact = f.exact && d.exact_operands;
+      f.exact_reference = f.exact_reference && d.exact_references;
+      f.finite = f.finite && d.finite;
+    }
+  return out;
+}
+
+// The shared sources of one operand, per vector of the reduction (a row
+// of A, a column of B). A source met at one element of its vector is a
+// singleton there: in every dot product of that vector it is in one term
+// at most, so it is folded (its |coefficient| bound per element, and a count
+// of such sources per element). A source met at several elements gets a
+// coefficient row over the reduction (a "pair": vector and source).
+struct Sources {
+  Dense single_folded, single_count, multi_folded;  // the operand's shape
+  Dense coefficients;                               // [pairs, n]
+  std::vector<long> vector;                         // per pair
+  std::vector<SharedTerm> term;                     // per pair: source and bound
+  std::vector<std::vector<long>> pairs_of_vector;
+};
+
+Sources gather_sources(const Matrix<Bounded>& x, bool by_rows) {
+  const long vectors = by_rows ? x.rows() : x.cols(), n = by_rows ? x.cols() : x.rows();
+  Sources s;
+  s.single_folded = Dense::Zero(x.rows(), x.cols());
+  s.single_count = Dense::Zero(x.rows(), x.cols());
+  s.multi_folded = Dense::Zero(x.rows(), x.cols());
+  s.pairs_of_vector.resize(static_cast<std::size_t>(vectors));
+  struct Entry {
+    std::uint64_t source;
+    long k;
+    double coefficient, bound;
+  };
+  std::vector<Entry> entries;
+  std::vector<std::tuple<long, long>> rows_of_pairs;  // (vector, first entry) while gathering
+  std::vector<std::vector<Entry>> pair_entries;
+  for (long v = 0; v < vectors; ++v) {
+    entries.clear();
+    for (long k = 0; k < n; ++k) {
+      const Bounded& b = by_rows ? x(v, k) : x(k, v);
+      for (int t = 0; t < b.shared.count; ++t)
+        entries.push_back({b.shared.term[t].source, k, b.shared.term[t].coefficient, b.shared.term[t].bound});
+    }
+    std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.source < b.source; });
+    for (std::size_t i = 0; i < entries.size();) {
+      std::size_t j = i;
+      while (j < entries.size() && entries[j].source == entries[i].source) ++j;
+      const auto at = [&](long k) -> std::pair<long, long> { return by_rows ? std::pair{v, k} : std::pair{k, v}; };
+      if (j - i == 1) {
+        const auto [r, c] = at(entries[i].k);
+        s.single_folded(r, c) += std::abs(entries[i].coefficient) * entries[i].bound;
+        s.single_count(r, c) += 1.0;
+      } else {
+        s.pairs_of_vector[static_cast<std::size_t>(v)].push_back(static_cast<long>(s.term.size()));
+        s.vector.push_back(v);
+        s.term.push_back({entries[i].source, 0.0, entries[i].bound});
+        pair_entries.emplace_back(entries.begin() + static_cast<long>(i), entries.begin() + static_cast<long>(j));
+        for (std::size_t e = i; e < j; ++e) {
+          const auto [r, c] = at(entries[e].k);
+          s.multi_folded(r, c) += std::abs(entries[e].coefficient) * entries[e].bound;
+        }
+      }
+      i = j;
+    }
+  }
+  s.coefficients = Dense::Zero(static_cast<long>(s.term.size()), n);
+  for (std::size_t q = 0; q < pair_entries.size(); ++q)
+    for (const Entry& e : pair_entries[q]) s.coefficients(static_cast<long>(q), e.k) = e.coefficient;
+  return s;
+}
+
+Dense indicator(const Dense& x) { return (x.array() != 0.0).cast<double>(); }
+
+// Whether the fast form applies: every part finite, and no source carried by both.
+bool matrix_form_applies(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
+  std::unordered_set<std::uint64_t> in_a;
+  const auto finite = [](const Bounded& x) {
+    return std::isfinite(x.value) && std::isfinite(x.kernel_bound) && std::isfinite(x.reference);
+  };
+  for (long i = 0; i < a.size(); ++i) {
+    const Bounded& x = a.data()[i];
+    if (!finite(x)) return false;
+    for (int t = 0; t < x.shared.count; ++t) in_a.insert(x.shared.term[t].source);
+  }
+  for (long i = 0; i < b.size(); ++i) {
+    const Bounded& x = b.data()[i];
+    if (!finite(x)) return false;
+    for (int t = 0; t < x.shared.count; ++t)
+      if (in_a.count(x.shared.term[t].source)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Matrix<double> matmul(const Matrix<double>& a, const Matrix<double>& b) {
+  Dense out(a.rows(), b.cols());
+  out.noalias() = a * b;
+  return out;
+}
+
+Matrix<Bounded> matmul_by_rule(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
+  Matrix<Bounded> out(a.rows(), b.cols());
+  for (long i = 0; i < a.rows(); ++i)
+    for (long j = 0; j < b.cols(); ++j)
+      out(i, j) = dot<Bounded>(a.cols(), [&](long k) -> const Bounded& { return a(i, k); },
+                               [&](long k) -> const Bounded& { return b(k, j); });
+  return out;
+}
+
+Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
+  if (!matrix_form_applies(a, b)) return matmul_by_rule(a, b);
+  const long m = a.rows(), n = a.cols(), p = b.cols();
+  const Parts pa(a), pb(b);
+  // The values and the sums of the rule, one GEMM each.
+  const Dense value = matmul(pa.value, pb.value);
+  const Dense abs_product = product(pa.abs, pb.abs);
+  const Dense magnitude = product(Dense(pa.abs + pa.hard), Dense(pb.abs + pb.hard));
+  Dense systematic = product(pa.systematic, pb.abs);
+  add_product(systematic, pa.abs, pb.systematic);
+  add_product(systematic, pa.hard, pb.hard);
+  Dense random = product(pa.random, pb.abs);
+  add_product(random, pa.abs, pb.random);
+  const Dense scale_a = product(Dense(pa.scale.array().square()), Dense(pb.value.array().square()));
+  const Dense scale_b = product(Dense(pa.value.array().square()), Dense(pb.scale.array().square()));
+  Dense reference = product(pa.reference, pb.abs);
+  add_product(reference, pa.abs, pb.reference);
+  add_product(reference, pa.reference, pb.reference);
+
+  // Shared sources: singletons folded by GEMMs; each pair's merged
+  // coefficient and its number of terms, by GEMMs over coefficient rows.
+  const Sources sa = gather_sources(a, true), sb = gather_sources(b, false);
+  const Dense nonzero_a = pa.nonzero, nonzero_b = pb.nonzero;
+  Dense single_folded = product(sa.single_folded, pb.abs);
+  add_product(single_folded, pa.abs, sb.single_folded);
+  Dense multi_folded = product(sa.multi_folded, pb.abs);
+  add_product(multi_folded, pa.abs, sb.multi_folded);
+  Dense single_count = product(sa.single_count, nonzero_b);
+  add_product(single_count, nonzero_a, sb.single_count);
+  const Dense merged_a = product(sa.coefficients, pb.value);                        // [pairs_a, p]
+  const Dense terms_a = product(indicator(sa.coefficients), nonzero_b);             // [pairs_a, p]
+  const Dense merged_b = product(sb.coefficients, Dense(pa.value.transpose()));     // [pairs_b, m]
+  const Dense terms_b = product(indicator(sb.coefficients), Dense(nonzero_a.transpose()));
+
+  const std::vector<VectorFacts> fa = vector_facts(a, true), fb = vector_facts(b, false);
+  Matrix<Bounded> out(m, p);
+  std::vector<SharedTerm> kept;
+  for (long i = 0; i < m; ++i)
+    for (long j = 0; j < p; ++j) {
+      detail::DotSums s;
+      s.value = value(i, j);
+      s.systematic = systematic(i, j);
+      s.random = random(i, j);
+      s.scale_a = scale_a(i, j);
+      s.scale_b = scale_b(i, j);
+      s.magnitude = magnitude(i, j);
+      s.abs_product = abs_product(i, j);
+      s.reference = reference(i, j);
+      // Distinct sources in this dot product, as ref::dot counts them.
+      double sources = single_count(i, j);
+      for (long q : sa.pairs_of_vector[static_cast<std::size_t>(i)]) sources += terms_a(q, j) > 0.0;
+      for (long q : sb.pairs_of_vector[static_cast<std::size_t>(j)]) sources += terms_b(q, i) > 0.0;
+      if (sources > static_cast<double>(detail::kDotSources)) {
+        s.shared_systematic = single_folded(i, j) + multi_folded(i, j);
+      } else {
+        s.shared_systematic = single_folded(i, j);
+        kept.clear();
+        const auto consider = [&](const SharedTerm& t, double coefficient, double terms) {
+          if (terms == 1.0) {
+            s.shared_systematic += std::abs(coefficient) * t.bound;
+          } else if (terms > 1.0 && coefficient != 0.0) {
+            kept.push_back({t.source, coefficient, t.bound});
+          }
+        };
+        for (long q : sa.pairs_of_vector[static_cast<std::size_t>(i)]) consider(sa.term[q], merged_a(q, j), terms_a(q, j));
+        for (long q : sb.pairs_of_vector[static_cast<std::size_t>(j)]) consider(sb.term[q], merged_b(q, i), terms_b(q, i));
+        detail::DotSources::keep_largest(kept, s);
+      }
+      detail::DotExactness x;
+      const VectorFacts &ra = fa[static_cast<std::size_t>(i)], &cb = fb[static_cast<std::size_t>(j)];
+      x.max_bits_a = ra.max_bits;
+      x.max_bits_b = cb.max_bits;
+      x.min_exponent_a = ra.min_exponent;
+      x.min_exponent_b = cb.min_exponent;
+      x.exact_operands = ra.exact && cb.exact;
+      x.exact_references = ra.exact_reference && cb.exact_reference;
+      x.finite = ra.finite && cb.finite;
+      out(i, j) = detail::dot_result(n, s, x);
+    }
+  return out;
+}
+
+}  // namespace gradeq::ref

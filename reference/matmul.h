@@ -1,0 +1,30 @@
+// matmul.h — the reference's matrix product C = A B, [m, n] x [n, p], for
+// both scalar types. Every element of C is the dot product of reference/dot.h;
+// for T = Bounded the whole matrix is computed at once, on float64 GEMMs:
+// one for the values and one per error part, over transformed operands
+// (|A| |B| and (|A| + H_A)(|B| + H_B) for the magnitudes, S_A |B| + |A| S_B
+// for the linear parts, Q_A^2 B^2 for the quadrature scale, the shared
+// sources' coefficient rows times B), then the dot rule's decisions per
+// element. Where the rule needs what GEMMs cannot give (an operand with an
+// unbounded part, or a shared source carried by both operands) it is
+// evaluated element by element. docs/NUMERICS.md §3, "Dot products".
+#pragma once
+
+#include "reference/bounded.h"
+#include "reference/tensor.h"
+
+namespace gradeq::ref {
+
+Matrix<double> matmul(const Matrix<double>& a, const Matrix<double>& b);
+Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b);
+
+// The same product, every element by the scalar rule (ref::dot): the
+// specification the matrix form is tested against.
+Matrix<Bounded> matmul_by_rule(const Matrix<Bounded>& a, const Matrix<Bounded>& b);
+
+template <class T>
+Matrix<T> transposed(const Matrix<T>& m) {
+  return m.transpose();
+}
+
+}  // namespace gradeq::ref

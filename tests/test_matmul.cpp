@@ -1,0 +1,158 @@
+// The matrix form of the dot-product rule (reference/matmul.cpp, on float64
+// GEMMs) computes what the scalar rule (reference/dot.h) specifies, element
+// by element; and the rule's bound holds for float32 products.
+#include <cmath>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "reference/dot.h"
+#include "reference/layers.h"
+#include "reference/matmul.h"
+
+namespace gradeq::ref {
+namespace {
+
+// Random operands in the shapes the reference meets: some exact elements,
+// some zeros, every error part, and shared terms laid out as the layers lay
+// them out — one source per row (a normalizer's statistics), one per column
+// (BatchNorm's), one for a block of rows (GroupNorm's), one for the whole
+// matrix (a clip coefficient), and a few scattered.
+struct Shapes {
+  std::mt19937_64 rng;
+  std::uint64_t next_source = 1000000;
+  explicit Shapes(std::uint64_t seed) : rng(seed) {}
+
+  double normal(double s = 1.0) { return std::normal_distribution<double>(0.0, s)(rng); }
+  bool chance(double p) { return std::bernoulli_distribution(p)(rng); }
+
+  Matrix<Bounded> operand(long rows, long cols, std::uint64_t base) {
+    Matrix<Bounded> m(rows, cols);
+    const bool rows_shared = chance(0.6), cols_shared = chance(0.4), block_shared = chance(0.3),
+               global = chance(0.3), scattered = chance(0.3), exact = chance(0.15), zeros = chance(0.5);
+    const std::uint64_t global_source = base + 999999;
+    for (long r = 0; r < rows; ++r)
+      for (long c = 0; c < cols; ++c) {
+        double v = static_cast<float>(normal());
+        if (zeros && chance(0.3)) v = 0.0;
+        if (exact) {
+          m(r, c) = Bounded(std::ldexp(std::round(normal(8.0)), -3));
+          continue;
+        }
+        const double mag = std::abs(v) + 0.1;
+        Bounded b = Bounded::with_parts(v, {mag * 1e-7 * std::abs(normal()), mag * 1e-7 * std::abs(normal()), mag * 3e-8 * std::abs(normal())},
+                                        mag * 1e-16);
+        SharedTerms s;
+        const auto add = [&](std::uint64_t source) {
+          if (s.count < kSharedTerms) s.term[s.count++] = {source, normal(), 1e-7 * std::abs(normal()) + 1e-9};
+        };
+        // Sources are fixed per (layout, index); their bound must be too.
+        if (rows_shared) add(base + static_cast<std::uint64_t>(r));
+        if (cols_shared) add(base + 100000 + static_cast<std::uint64_t>(c));
+        if (block_shared) add(base + 200000 + static_cast<std::uint64_t>(r / 3));
+        if (global) add(global_source);
+        if (scattered && chance(0.1)) add(base + 300000 + (rng() % 5));
+        for (int i = 0; i < s.count; ++i) s.term[i].bound = 1e-8 * static_cast<double>(s.term[i].source % 7 + 1);
+        m(r, c) = Bounded::with_shared(v, b.kernel_parts, s, b.reference);
+      }
+    return m;
+  }
+};
+
+double relative_difference(double x, double y) {
+  if (x == y) return 0.0;
+  return std::abs(x - y) / std::max(std::abs(x), std::abs(y));
+}
+
+void expect_same(const Bounded& fast, const Bounded& rule, const std::string& where) {
+  // The values differ only by float64 summation order: within both
+  // references' own error bounds.
+  EXPECT_LE(std::abs(fast.value - rule.value), fast.reference + rule.reference + 1e-300) << where;
+  EXPECT_LE(relative_difference(fast.kernel_bound, rule.kernel_bound), 1e-9) << where;
+  EXPECT_LE(relative_difference(fast.kernel_parts.systematic, rule.kernel_parts.systematic), 1e-9) << where;
+  EXPECT_LE(relative_difference(fast.kernel_parts.random, rule.kernel_parts.random), 1e-9) << where;
+  EXPECT_LE(relative_difference(fast.kernel_parts.scale, rule.kernel_parts.scale), 1e-9) << where;
+  EXPECT_LE(relative_difference(fast.reference, rule.reference), 1e-9) << where;
+  EXPECT_EQ(fast.shared.count, rule.shared.count) << where;
+  EXPECT_LE(relative_difference(detail::shared_magnitude(fast.shared), detail::shared_magnitude(rule.shared)), 1e-9)
+      << where;
+}
+
+TEST(Matmul, MatrixFormIsTheScalarRule) {
+  Shapes g(7);
+  long compared = 0, with_shared = 0, exact = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const long m = 1 + static_cast<long>(g.rng() % 9), n = 1 + static_cast<long>(g.rng() % 40),
+               p = 1 + static_cast<long>(g.rng() % 9);
+    const Matrix<Bounded> a = g.operand(m, n, 1u << 24), b = g.operand(n, p, 2u << 24);
+    const Matrix<Bounded> fast = matmul(a, b), rule = matmul_by_rule(a, b);
+    for (long i = 0; i < m; ++i)
+      for (long j = 0; j < p; ++j) {
+        expect_same(fast(i, j), rule(i, j), "trial " + std::to_string(trial) + " (" + std::to_string(i) + ", " +
+                                                std::to_string(j) + ")");
+        ++compared;
+        with_shared += rule(i, j).shared.count > 0;
+        exact += rule(i, j).kernel_bound == 0.0;
+      }
+  }
+  // The cases the rule distinguishes all occurred.
+  EXPECT_GT(compared, 1000);
+  EXPECT_GT(with_shared, 100);
+  EXPECT_GT(exact, 10);
+}
+
+TEST(Matmul, OperandsSharingASourceFollowTheRule) {
+  // A source carried by both operands (a clip coefficient in the weights
+  // and in activations computed from them) takes the element-by-element form.
+  Shapes g(11);
+  Matrix<Bounded> a = g.operand(4, 6, 1u << 24), b = g.operand(6, 3, 2u << 24);
+  SharedTerms s;
+  s.term[0] = {77, 0.5, 1e-7};
+  s.count = 1;
+  a(0, 0) = Bounded::with_shared(a(0, 0).value, a(0, 0).kernel_parts, s, 0.0);
+  b(0, 0) = Bounded::with_shared(b(0, 0).value, b(0, 0).kernel_parts, s, 0.0);
+  const Matrix<Bounded> fast = matmul(a, b), rule = matmul_by_rule(a, b);
+  for (long i = 0; i < fast.size(); ++i) EXPECT_EQ(fast.data()[i].kernel_bound, rule.data()[i].kernel_bound);
+}
+
+// The rule's bound holds for float32 GEMMs of exact float32 operands, in
+// two summation orders, with and without fused multiply-add.
+TEST(Matmul, BoundHoldsForFloat32Products) {
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> normal;
+  for (int trial = 0; trial < 50; ++trial) {
+    const long n = 1 + static_cast<long>(rng() % 3000);
+    Matrix<Bounded> a(1, n), b(n, 1);
+    std::vector<float> x(static_cast<std::size_t>(n)), y(static_cast<std::size_t>(n));
+    for (long k = 0; k < n; ++k) {
+      x[k] = normal(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 16) - 8);
+      y[k] = normal(rng);
+      a(0, k) = Bounded(x[k]);
+      b(k, 0) = Bounded(y[k]);
+    }
+    const Bounded d = matmul(a, b)(0, 0);
+    float forward = 0.0f, backward = 0.0f, fused = 0.0f;
+    for (long k = 0; k < n; ++k) forward += x[k] * y[k];
+    for (long k = n; k-- > 0;) backward += x[k] * y[k];
+    for (long k = 0; k < n; ++k) fused = std::fma(x[k], y[k], fused);
+    for (float f : {forward, backward, fused}) EXPECT_LE(std::abs(static_cast<double>(f) - d.value), d.kernel_bound);
+  }
+}
+
+TEST(Matmul, DyadicProductsAreExact) {
+  Matrix<Bounded> a(2, 3), b(3, 2);
+  for (long i = 0; i < a.size(); ++i) a.data()[i] = Bounded(0.25 * static_cast<double>(i + 1));
+  for (long i = 0; i < b.size(); ++i) b.data()[i] = Bounded(-2.0 * static_cast<double>(i));
+  const Matrix<Bounded> c = matmul(a, b);
+  for (long i = 0; i < c.size(); ++i) {
+    EXPECT_EQ(c.data()[i].kernel_bound, 0.0);
+    EXPECT_EQ(c.data()[i].reference, 0.0);
+  }
+  // One operand whose bits do not fit beside the other's: a rounding.
+  a(0, 0) = Bounded(1.0 + 0x1p-20);
+  b(0, 0) = Bounded(1.0 + 0x1p-10);
+  EXPECT_GT(matmul(a, b)(0, 0).kernel_bound, 0.0);
+}
+
+}  // namespace
+}  // namespace gradeq::ref
