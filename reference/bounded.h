@@ -945,33 +945,49 @@ double compensated_sum(long n, F&& term, Storage, double /*tag*/) {
   return s;
 }
 
+// The Kahan-compensated buffer as it receives its terms one at a time;
+// result() is the buffer after the last one (the rule above).
+class CompensatedBuffer {
+ public:
+  explicit CompensatedBuffer(Storage where) : where_(where) {}
+  void add(const Bounded& t) {
+    ++n_;
+    v_ += t.value;
+    errors_.add(detail::collapsed_parts(t));
+    r_ += t.reference;
+    magnitude_ += std::abs(t.value);
+    kernel_magnitude_ += std::abs(t.value) + t.kernel_bound;
+  }
+  Bounded result() const {
+    const RoundingModel& m = rounding_model();
+    const StorageFormat& f = m.format(where_);
+    const double u = f.unit_roundoff + m.arithmetic_u * (1.0 + f.unit_roundoff);
+    const double nd = static_cast<double>(n_);
+    const double denominator = 1.0 - u - 6.0 * nd * u * u;
+    // Four rounded operations per term, each may underflow.
+    const double kahan = denominator > 0.0 ? (3.0 * u + 8.0 * nd * u * u) / denominator * kernel_magnitude_ +
+                                                 4.0 * nd * (f.underflow_floor + m.arithmetic_floor)
+                                           : kInf;
+    ErrorParts e = errors_.with_rounding(n_, 0.0, 0.0, kahan);
+    e.scale += kahan;
+    const double r = r_ + reference_gamma(n_) * magnitude_;
+    // Every partial sum is at most sum |t_i| (+ errors).
+    detail::buffer_overflow(kernel_magnitude_, v_, f, e);
+    return Bounded::with_parts(v_, detail::unless_overflow(v_, e), r);
+  }
+
+ private:
+  Storage where_;
+  long n_ = 0;
+  double v_ = 0.0, r_ = 0.0, magnitude_ = 0.0, kernel_magnitude_ = 0.0;
+  detail::SumOfErrors errors_;
+};
+
 template <class F>
 Bounded compensated_sum(long n, F&& term, Storage where, const Bounded& /*tag*/) {
-  double v = 0.0, r = 0.0, magnitude = 0.0, kernel_magnitude = 0.0;
-  detail::SumOfErrors errors;
-  for (long i = 0; i < n; ++i) {
-    const Bounded t = term(i);
-    v += t.value;
-    errors.add(detail::collapsed_parts(t));
-    r += t.reference;
-    magnitude += std::abs(t.value);
-    kernel_magnitude += std::abs(t.value) + t.kernel_bound;
-  }
-  const RoundingModel& m = rounding_model();
-  const StorageFormat& f = m.format(where);
-  const double u = f.unit_roundoff + m.arithmetic_u * (1.0 + f.unit_roundoff);
-  const double nd = static_cast<double>(n);
-  const double denominator = 1.0 - u - 6.0 * nd * u * u;
-  // Four rounded operations per term, each may underflow.
-  const double kahan = denominator > 0.0 ? (3.0 * u + 8.0 * nd * u * u) / denominator * kernel_magnitude +
-                                               4.0 * nd * (f.underflow_floor + m.arithmetic_floor)
-                                         : kInf;
-  ErrorParts e = errors.with_rounding(n, 0.0, 0.0, kahan);
-  e.scale += kahan;
-  r += reference_gamma(n) * magnitude;
-  // Every partial sum is at most sum |t_i| (+ errors).
-  detail::buffer_overflow(kernel_magnitude, v, f, e);
-  return Bounded::with_parts(v, detail::unless_overflow(v, e), r);
+  CompensatedBuffer buffer(where);
+  for (long i = 0; i < n; ++i) buffer.add(term(i));
+  return buffer.result();
 }
 
 // The accumulation buffer receiving n terms one after another: partial sum
@@ -988,46 +1004,62 @@ double accumulated_sum(long n, F&& term, Storage, double /*tag*/) {
   return s;
 }
 
-template <class F>
-Bounded accumulated_sum(long n, F&& term, Storage where, const Bounded& /*tag*/) {
-  const RoundingModel& m = rounding_model();
-  const StorageFormat& f = m.format(where);
-  const int p = f.unit_roundoff == 0.0 ? 24 : f.significand_bits;
-  const int e_min = f.unit_roundoff == 0.0 ? -126 : f.min_exponent;
-  const double u = std::max(f.unit_roundoff, m.arithmetic_u);
-  double v = 0.0, r = 0.0, magnitude = 0.0;
-  ErrorParts e;
-  double scale_squares = 0.0, term_scales = 0.0;
-  bool exact = true;
-  for (long b = 0; b < n; ++b) {
-    const Bounded t = term(b);
-    const double before = v;
-    v += t.value;
-    r += t.reference;
-    magnitude += std::abs(t.value);
+// The plain buffer as it receives its terms one at a time (the rule
+// above); result() is the buffer after the last one.
+class AccumulationBuffer {
+ public:
+  explicit AccumulationBuffer(Storage where) : where_(where) {}
+  void add(const Bounded& t) {
+    const RoundingModel& m = rounding_model();
+    const StorageFormat& f = m.format(where_);
+    const int p = f.unit_roundoff == 0.0 ? 24 : f.significand_bits;
+    const int e_min = f.unit_roundoff == 0.0 ? -126 : f.min_exponent;
+    const double u = std::max(f.unit_roundoff, m.arithmetic_u);
+    const long b = n_++;
+    const double before = v_;
+    v_ += t.value;
+    r_ += t.reference;
+    magnitude_ += std::abs(t.value);
     // Micro-batches may share error sources (the same rows computed alike):
     // their own errors add linearly; only the buffer's roundings below are
     // independent of each other.
     const ErrorParts te = detail::collapsed_parts(t);  // micro-batch sums share no cancellation the model follows
-    e.systematic += te.systematic;
-    e.random += te.random;
-    term_scales += te.scale;
-    exact = exact && t.kernel_bound == 0.0 && representable(v, p, e_min) && representable(v, 24, -126);
-    if (exact) continue;
-    const double k = combined_bound(e);
-    if (b == 0 && f.unit_roundoff == 0.0) continue;  // the first term lands in float32 exactly
-    const double rho = (b == 0 ? f.unit_roundoff : u + f.unit_roundoff) * (std::abs(v) + k) + f.underflow_floor;
+    e_.systematic += te.systematic;
+    e_.random += te.random;
+    term_scales_ += te.scale;
+    exact_ = exact_ && t.kernel_bound == 0.0 && representable(v_, p, e_min) && representable(v_, 24, -126);
+    if (exact_) return;
+    const double k = combined_bound(e_);
+    if (b == 0 && f.unit_roundoff == 0.0) return;  // the first term lands in float32 exactly
+    const double rho = (b == 0 ? f.unit_roundoff : u + f.unit_roundoff) * (std::abs(v_) + k) + f.underflow_floor;
     if (b > 0 && std::abs(t.value) + t.kernel_bound < u * std::abs(before)) {
-      e.systematic += rho;  // stagnation: the rounding takes the term, always in its direction
+      e_.systematic += rho;  // stagnation: the rounding takes the term, always in its direction
     } else {
-      e.random += rho;
-      scale_squares += rho * rho;
+      e_.random += rho;
+      scale_squares_ += rho * rho;
     }
-    detail::buffer_overflow(std::abs(v), v, f, e);
+    detail::buffer_overflow(std::abs(v_), v_, f, e_);
   }
-  e.scale = term_scales + std::sqrt(scale_squares);
-  if (!exact && n > 1) r += reference_gamma(n) * magnitude;
-  return Bounded::with_parts(v, detail::unless_overflow(v, e), r);
+  Bounded result() const {
+    ErrorParts e = e_;
+    e.scale = term_scales_ + std::sqrt(scale_squares_);
+    const double r = !exact_ && n_ > 1 ? r_ + reference_gamma(n_) * magnitude_ : r_;
+    return Bounded::with_parts(v_, detail::unless_overflow(v_, e), r);
+  }
+
+ private:
+  Storage where_;
+  long n_ = 0;
+  double v_ = 0.0, r_ = 0.0, magnitude_ = 0.0, scale_squares_ = 0.0, term_scales_ = 0.0;
+  ErrorParts e_;
+  bool exact_ = true;
+};
+
+template <class F>
+Bounded accumulated_sum(long n, F&& term, Storage where, const Bounded& /*tag*/) {
+  AccumulationBuffer buffer(where);
+  for (long b = 0; b < n; ++b) buffer.add(term(b));
+  return buffer.result();
 }
 
 // reduce<T>(n, term), accumulated<T>, compensated<T>: the generic entry points.

@@ -2,6 +2,8 @@
 #include "reference/matmul.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <thread>
 #include <tuple>
 #include <unordered_set>
 #include <vector>
@@ -15,10 +17,57 @@ using Dense = Matrix<double>;
 
 bool all_zero(const Dense& x) { return (x.array() == 0.0).all(); }
 
-// acc += x y, skipped when a factor is zero everywhere.
+// Work is split into panels of kPanelRows rows, each computed alone and in
+// the same way whatever the number of threads: results are bitwise
+// independent of it. Threads are used once a product is large enough to
+// repay starting them; every worker runs under the caller's rounding model.
+constexpr long kPanelRows = 64;
+constexpr double kParallelWork = 0x1p22;  // multiply-adds
+
+// GRADEQ_THREADS, when set to a positive number; else every core.
+long thread_limit() {
+  static const long cores = std::max(1u, std::thread::hardware_concurrency());
+  if (const char* v = std::getenv("GRADEQ_THREADS")) {
+    const long n = std::strtol(v, nullptr, 10);
+    if (n >= 1) return n;
+  }
+  return cores;
+}
+
+template <class F>
+void for_panels(long rows, double work, F&& panel) {
+  const long panels = (rows + kPanelRows - 1) / kPanelRows;
+  const long threads = work < kParallelWork ? 1 : std::min(panels, thread_limit());
+  const auto run = [&](long first) {
+    for (long q = first; q < panels; q += threads) panel(q * kPanelRows, std::min(rows, (q + 1) * kPanelRows));
+  };
+  if (threads <= 1) {
+    for (long q = 0; q < panels; ++q) panel(q * kPanelRows, std::min(rows, (q + 1) * kPanelRows));
+    return;
+  }
+  const RoundingModel model = rounding_model();
+  const bool finite = stores_known_finite();
+  std::vector<std::thread> workers;
+  for (long t = 1; t < threads; ++t)
+    workers.emplace_back([&, t] {
+      const ScopedRoundingModel scope(model);
+      const ScopedFiniteStores stores(finite);
+      run(t);
+    });
+  run(0);
+  for (std::thread& w : workers) w.join();
+}
+
+// acc += x y, by row panels.
+void gemm_panels(Dense& acc, const Dense& x, const Dense& y) {
+  for_panels(x.rows(), static_cast<double>(x.rows()) * static_cast<double>(x.cols()) * static_cast<double>(y.cols()),
+             [&](long r0, long r1) { acc.middleRows(r0, r1 - r0).noalias() += x.middleRows(r0, r1 - r0) * y; });
+}
+
+// acc += x y, skipped when a factor is zero everywhere (operands finite).
 void add_product(Dense& acc, const Dense& x, const Dense& y) {
   if (all_zero(x) || all_zero(y)) return;
-  acc.noalias() += x * y;
+  gemm_panels(acc, x, y);
 }
 
 Dense product(const Dense& x, const Dense& y) {
@@ -31,8 +80,14 @@ Dense product(const Dense& x, const Dense& y) {
 struct Parts {
   Dense value, abs, systematic, random, scale, reference, hard, nonzero;
   explicit Parts(const Matrix<Bounded>& x)
-      : value(x.rows(), x.cols()), abs(x.rows(), x.cols()), systematic(x.rows(), x.cols()), random(x.rows(), x.cols()),
-        scale(x.rows(), x.cols()), reference(x.rows(), x.cols()), hard(x.rows(), x.cols()), nonzero(x.rows(), x.cols()) {
+      : value(x.rows(), x.cols()),
+        abs(x.rows(), x.cols()),
+        systematic(x.rows(), x.cols()),
+        random(x.rows(), x.cols()),
+        scale(x.rows(), x.cols()),
+        reference(x.rows(), x.cols()),
+        hard(x.rows(), x.cols()),
+        nonzero(x.rows(), x.cols()) {
     for (long i = 0; i < x.size(); ++i) {
       const Bounded& b = x.data()[i];
       value.data()[i] = b.value;
@@ -106,7 +161,8 @@ Sources gather_sources(const Matrix<Bounded>& x, bool by_rows) {
       for (int t = 0; t < b.shared.count; ++t)
         entries.push_back({b.shared.term[t].source, k, b.shared.term[t].coefficient, b.shared.term[t].bound});
     }
-    std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.source < b.source; });
+    std::stable_sort(entries.begin(), entries.end(),
+                     [](const Entry& a, const Entry& b) { return a.source < b.source; });
     for (std::size_t i = 0; i < entries.size();) {
       std::size_t j = i;
       while (j < entries.size() && entries[j].source == entries[i].source) ++j;
@@ -136,7 +192,8 @@ Sources gather_sources(const Matrix<Bounded>& x, bool by_rows) {
 
 Dense indicator(const Dense& x) { return (x.array() != 0.0).cast<double>(); }
 
-// Whether the fast form applies: every part finite, and no source carried by both.
+// Whether the fast form applies: every part finite, and no source carried by
+// both.
 bool matrix_form_applies(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
   std::unordered_set<std::uint64_t> in_a;
   const auto finite = [](const Bounded& x) {
@@ -159,8 +216,8 @@ bool matrix_form_applies(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
 }  // namespace
 
 Matrix<double> matmul(const Matrix<double>& a, const Matrix<double>& b) {
-  Dense out(a.rows(), b.cols());
-  out.noalias() = a * b;
+  Dense out = Dense::Zero(a.rows(), b.cols());
+  gemm_panels(out, a, b);
   return out;
 }
 
@@ -168,8 +225,9 @@ Matrix<Bounded> matmul_by_rule(const Matrix<Bounded>& a, const Matrix<Bounded>& 
   Matrix<Bounded> out(a.rows(), b.cols());
   for (long i = 0; i < a.rows(); ++i)
     for (long j = 0; j < b.cols(); ++j)
-      out(i, j) = dot<Bounded>(a.cols(), [&](long k) -> const Bounded& { return a(i, k); },
-                               [&](long k) -> const Bounded& { return b(k, j); });
+      out(i, j) = dot<Bounded>(
+          a.cols(), [&](long k) -> const Bounded& { return a(i, k); },
+          [&](long k) -> const Bounded& { return b(k, j); });
   return out;
 }
 
@@ -180,7 +238,6 @@ Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
   // The values and the sums of the rule, one GEMM each.
   const Dense value = matmul(pa.value, pb.value);
   const Dense abs_product = product(pa.abs, pb.abs);
-  const Dense magnitude = product(Dense(pa.abs + pa.hard), Dense(pb.abs + pb.hard));
   Dense systematic = product(pa.systematic, pb.abs);
   add_product(systematic, pa.abs, pb.systematic);
   add_product(systematic, pa.hard, pb.hard);
@@ -193,65 +250,80 @@ Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
   add_product(reference, pa.reference, pb.reference);
 
   // Shared sources: singletons folded by GEMMs; each pair's merged
-  // coefficient and its number of terms, by GEMMs over coefficient rows.
+  // coefficient and its number of terms, by GEMMs over coefficient rows
+  // (or, where the other operand has no zero, the pair's own count).
   const Sources sa = gather_sources(a, true), sb = gather_sources(b, false);
-  const Dense nonzero_a = pa.nonzero, nonzero_b = pb.nonzero;
   Dense single_folded = product(sa.single_folded, pb.abs);
   add_product(single_folded, pa.abs, sb.single_folded);
   Dense multi_folded = product(sa.multi_folded, pb.abs);
   add_product(multi_folded, pa.abs, sb.multi_folded);
-  Dense single_count = product(sa.single_count, nonzero_b);
-  add_product(single_count, nonzero_a, sb.single_count);
-  const Dense merged_a = product(sa.coefficients, pb.value);                        // [pairs_a, p]
-  const Dense terms_a = product(indicator(sa.coefficients), nonzero_b);             // [pairs_a, p]
-  const Dense merged_b = product(sb.coefficients, Dense(pa.value.transpose()));     // [pairs_b, m]
-  const Dense terms_b = product(indicator(sb.coefficients), Dense(nonzero_a.transpose()));
+  Dense single_count = product(sa.single_count, pb.nonzero);
+  add_product(single_count, pa.nonzero, sb.single_count);
+  const auto terms = [](const Dense& coefficients, const Dense& other_nonzero, long outputs) {
+    if ((other_nonzero.array() != 0.0).all()) {
+      const Dense per_pair = indicator(coefficients).rowwise().sum();
+      return Dense(per_pair.replicate(1, outputs));
+    }
+    return product(indicator(coefficients), other_nonzero);
+  };
+  const Dense merged_a = product(sa.coefficients, pb.value);  // [pairs_a, p]
+  const Dense terms_a = terms(sa.coefficients, pb.nonzero, p);
+  const Dense value_a_t = pa.value.transpose(), nonzero_a_t = pa.nonzero.transpose();
+  const Dense merged_b = product(sb.coefficients, value_a_t);  // [pairs_b, m]
+  const Dense terms_b = terms(sb.coefficients, nonzero_a_t, m);
+  // M = sum (|a| + H_a)(|b| + H_b), with H = systematic + random + shared
+  // magnitude: the sums above, added.
+  const Dense magnitude = abs_product + systematic + random + single_folded + multi_folded;
 
   const std::vector<VectorFacts> fa = vector_facts(a, true), fb = vector_facts(b, false);
   Matrix<Bounded> out(m, p);
-  std::vector<SharedTerm> kept;
-  for (long i = 0; i < m; ++i)
-    for (long j = 0; j < p; ++j) {
-      detail::DotSums s;
-      s.value = value(i, j);
-      s.systematic = systematic(i, j);
-      s.random = random(i, j);
-      s.scale_a = scale_a(i, j);
-      s.scale_b = scale_b(i, j);
-      s.magnitude = magnitude(i, j);
-      s.abs_product = abs_product(i, j);
-      s.reference = reference(i, j);
-      // Distinct sources in this dot product, as ref::dot counts them.
-      double sources = single_count(i, j);
-      for (long q : sa.pairs_of_vector[static_cast<std::size_t>(i)]) sources += terms_a(q, j) > 0.0;
-      for (long q : sb.pairs_of_vector[static_cast<std::size_t>(j)]) sources += terms_b(q, i) > 0.0;
-      if (sources > static_cast<double>(detail::kDotSources)) {
-        s.shared_systematic = single_folded(i, j) + multi_folded(i, j);
-      } else {
-        s.shared_systematic = single_folded(i, j);
-        kept.clear();
-        const auto consider = [&](const SharedTerm& t, double coefficient, double terms) {
-          if (terms == 1.0) {
-            s.shared_systematic += std::abs(coefficient) * t.bound;
-          } else if (terms > 1.0 && coefficient != 0.0) {
-            kept.push_back({t.source, coefficient, t.bound});
-          }
-        };
-        for (long q : sa.pairs_of_vector[static_cast<std::size_t>(i)]) consider(sa.term[q], merged_a(q, j), terms_a(q, j));
-        for (long q : sb.pairs_of_vector[static_cast<std::size_t>(j)]) consider(sb.term[q], merged_b(q, i), terms_b(q, i));
-        detail::DotSources::keep_largest(kept, s);
+  for_panels(m, static_cast<double>(m) * static_cast<double>(p) * 64.0, [&](long i0, long i1) {
+    std::vector<SharedTerm> kept;
+    for (long i = i0; i < i1; ++i)
+      for (long j = 0; j < p; ++j) {
+        detail::DotSums s;
+        s.value = value(i, j);
+        s.systematic = systematic(i, j);
+        s.random = random(i, j);
+        s.scale_a = scale_a(i, j);
+        s.scale_b = scale_b(i, j);
+        s.magnitude = magnitude(i, j);
+        s.abs_product = abs_product(i, j);
+        s.reference = reference(i, j);
+        // Distinct sources in this dot product, as ref::dot counts them.
+        double sources = single_count(i, j);
+        for (long q : sa.pairs_of_vector[static_cast<std::size_t>(i)]) sources += terms_a(q, j) > 0.0;
+        for (long q : sb.pairs_of_vector[static_cast<std::size_t>(j)]) sources += terms_b(q, i) > 0.0;
+        if (sources > static_cast<double>(detail::kDotSources)) {
+          s.shared_systematic = single_folded(i, j) + multi_folded(i, j);
+        } else {
+          s.shared_systematic = single_folded(i, j);
+          kept.clear();
+          const auto consider = [&](const SharedTerm& t, double coefficient, double terms) {
+            if (terms == 1.0) {
+              s.shared_systematic += std::abs(coefficient) * t.bound;
+            } else if (terms > 1.0 && coefficient != 0.0) {
+              kept.push_back({t.source, coefficient, t.bound});
+            }
+          };
+          for (long q : sa.pairs_of_vector[static_cast<std::size_t>(i)])
+            consider(sa.term[q], merged_a(q, j), terms_a(q, j));
+          for (long q : sb.pairs_of_vector[static_cast<std::size_t>(j)])
+            consider(sb.term[q], merged_b(q, i), terms_b(q, i));
+          detail::DotSources::keep_largest(kept, s);
+        }
+        detail::DotExactness x;
+        const VectorFacts &ra = fa[static_cast<std::size_t>(i)], &cb = fb[static_cast<std::size_t>(j)];
+        x.max_bits_a = ra.max_bits;
+        x.max_bits_b = cb.max_bits;
+        x.min_exponent_a = ra.min_exponent;
+        x.min_exponent_b = cb.min_exponent;
+        x.exact_operands = ra.exact && cb.exact;
+        x.exact_references = ra.exact_reference && cb.exact_reference;
+        x.finite = ra.finite && cb.finite;
+        out(i, j) = detail::dot_result(n, s, x);
       }
-      detail::DotExactness x;
-      const VectorFacts &ra = fa[static_cast<std::size_t>(i)], &cb = fb[static_cast<std::size_t>(j)];
-      x.max_bits_a = ra.max_bits;
-      x.max_bits_b = cb.max_bits;
-      x.min_exponent_a = ra.min_exponent;
-      x.min_exponent_b = cb.min_exponent;
-      x.exact_operands = ra.exact && cb.exact;
-      x.exact_references = ra.exact_reference && cb.exact_reference;
-      x.finite = ra.finite && cb.finite;
-      out(i, j) = detail::dot_result(n, s, x);
-    }
+  });
   return out;
 }
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "reference/losses.h"
@@ -98,6 +99,58 @@ Tensors<T> initial_buffers(const ModelSpec& spec) {
 
 namespace detail {
 
+// One parameter's gradient buffer: each element receives the micro-batches'
+// gradients in order (accumulated<T> / compensated<T>, one term at a time,
+// so that no micro-batch's gradient is kept after it is added).
+template <class T>
+class GradientBuffer {
+ public:
+  GradientBuffer(long rows, long cols, bool compensated) : rows_(rows), cols_(cols) {
+    const auto n = static_cast<std::size_t>(rows * cols);
+    if constexpr (std::is_same_v<T, Bounded>) {
+      if (compensated) {
+        compensated_.assign(n, CompensatedBuffer(Storage::accumulate));
+      } else {
+        plain_.assign(n, AccumulationBuffer(Storage::accumulate));
+      }
+    } else {
+      sums_.assign(n, 0.0);
+    }
+  }
+  void add(const Matrix<T>& g) {
+    for (long i = 0; i < g.size(); ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      if constexpr (std::is_same_v<T, Bounded>) {
+        if (compensated_.empty()) {
+          plain_[k].add(g.data()[i]);
+        } else {
+          compensated_[k].add(g.data()[i]);
+        }
+      } else {
+        sums_[k] += g.data()[i];
+      }
+    }
+  }
+  Matrix<T> result() const {
+    Matrix<T> out(rows_, cols_);
+    for (long i = 0; i < out.size(); ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      if constexpr (std::is_same_v<T, Bounded>) {
+        out.data()[i] = compensated_.empty() ? plain_[k].result() : compensated_[k].result();
+      } else {
+        out.data()[i] = sums_[k];
+      }
+    }
+    return out;
+  }
+
+ private:
+  long rows_, cols_;
+  std::vector<AccumulationBuffer> plain_;
+  std::vector<CompensatedBuffer> compensated_;
+  std::vector<double> sums_;
+};
+
 // Statistics and backward coupling of every BatchNorm layer over the whole
 // window, built one micro-batch at a time (moments combined with Chan's
 // formula, coupling sums added): one forward pass per BatchNorm layer for
@@ -168,7 +221,10 @@ WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfi
   if (exact_bn) out.forward_passes += detail::exact_window_norms(spec, weights, micro_batches, scales, window_norms);
 
   std::vector<T> losses;
-  std::vector<Tensors<T>> staged;  // every micro-batch's fresh gradient
+  // The buffer receives the micro-batches' gradients one after another:
+  // plainly (the GEMM adds into it with beta = 1) or Kahan-compensated.
+  std::vector<detail::GradientBuffer<T>> buffer;
+  for (const auto& p : params) buffer.emplace_back(p.rows(), p.cols(), config.compensated);
   const OverflowTally tally_before = overflow_tally();
   for (std::size_t b = 0; b < micro_batches.size(); ++b) {
     const Batch& mb = micro_batches[b];
@@ -181,19 +237,9 @@ WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfi
     const Tensors<T> g = backward_with_layer_grads(spec, weights, tape, stored(loss.dy, Storage::compute),
                                                    exact_bn ? &window_norms : nullptr)
                              .grads;
-    staged.push_back(g);
+    for (std::size_t p = 0; p < params.size(); ++p) buffer[p].add(g[p]);
   }
-  // The buffer receives the micro-batches' gradients one after another:
-  // plainly (the GEMM adds into it with beta = 1) or Kahan-compensated.
-  for (std::size_t p = 0; p < params.size(); ++p) {
-    out.grads[p] = Matrix<T>(params[p].rows(), params[p].cols());
-    for (long i = 0; i < out.grads[p].size(); ++i) {
-      const auto term = [&](long b) { return staged[b][p].data()[i]; };
-      const long n = static_cast<long>(staged.size());
-      out.grads[p].data()[i] = config.compensated ? compensated<T>(n, term, Storage::accumulate)
-                                                  : accumulated<T>(n, term, Storage::accumulate);
-    }
-  }
+  for (std::size_t p = 0; p < params.size(); ++p) out.grads[p] = buffer[p].result();
   if (exact_bn) {
     const std::vector<long> first_buf = first_buffer(spec);
     for (std::size_t l = 0; l < spec.layers.size(); ++l)

@@ -1,10 +1,11 @@
 // The matrix form of the dot-product rule (reference/matmul.cpp, on float64
 // GEMMs) computes what the scalar rule (reference/dot.h) specifies, element
 // by element; and the rule's bound holds for float32 products.
-#include <cmath>
-#include <random>
-
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
 
 #include "reference/dot.h"
 #include "reference/layers.h"
@@ -28,8 +29,8 @@ struct Shapes {
 
   Matrix<Bounded> operand(long rows, long cols, std::uint64_t base) {
     Matrix<Bounded> m(rows, cols);
-    const bool rows_shared = chance(0.6), cols_shared = chance(0.4), block_shared = chance(0.3),
-               global = chance(0.3), scattered = chance(0.3), exact = chance(0.15), zeros = chance(0.5);
+    const bool rows_shared = chance(0.6), cols_shared = chance(0.4), block_shared = chance(0.3), global = chance(0.3),
+               scattered = chance(0.3), exact = chance(0.15), zeros = chance(0.5);
     const std::uint64_t global_source = base + 999999;
     for (long r = 0; r < rows; ++r)
       for (long c = 0; c < cols; ++c) {
@@ -40,8 +41,9 @@ struct Shapes {
           continue;
         }
         const double mag = std::abs(v) + 0.1;
-        Bounded b = Bounded::with_parts(v, {mag * 1e-7 * std::abs(normal()), mag * 1e-7 * std::abs(normal()), mag * 3e-8 * std::abs(normal())},
-                                        mag * 1e-16);
+        Bounded b = Bounded::with_parts(
+            v, {mag * 1e-7 * std::abs(normal()), mag * 1e-7 * std::abs(normal()), mag * 3e-8 * std::abs(normal())},
+            mag * 1e-16);
         SharedTerms s;
         const auto add = [&](std::uint64_t source) {
           if (s.count < kSharedTerms) s.term[s.count++] = {source, normal(), 1e-7 * std::abs(normal()) + 1e-9};
@@ -88,8 +90,8 @@ TEST(Matmul, MatrixFormIsTheScalarRule) {
     const Matrix<Bounded> fast = matmul(a, b), rule = matmul_by_rule(a, b);
     for (long i = 0; i < m; ++i)
       for (long j = 0; j < p; ++j) {
-        expect_same(fast(i, j), rule(i, j), "trial " + std::to_string(trial) + " (" + std::to_string(i) + ", " +
-                                                std::to_string(j) + ")");
+        expect_same(fast(i, j), rule(i, j),
+                    "trial " + std::to_string(trial) + " (" + std::to_string(i) + ", " + std::to_string(j) + ")");
         ++compared;
         with_shared += rule(i, j).shared.count > 0;
         exact += rule(i, j).kernel_bound == 0.0;
@@ -152,6 +154,23 @@ TEST(Matmul, DyadicProductsAreExact) {
   a(0, 0) = Bounded(1.0 + 0x1p-20);
   b(0, 0) = Bounded(1.0 + 0x1p-10);
   EXPECT_GT(matmul(a, b)(0, 0).kernel_bound, 0.0);
+}
+
+// Products big enough to be split over threads give the same bits with one
+// thread as with several (GRADEQ_THREADS; panels of fixed size).
+TEST(Matmul, ResultsDoNotDependOnTheThreadCount) {
+  Shapes g(13);
+  const Matrix<Bounded> a = g.operand(300, 120, 1u << 24), b = g.operand(120, 200, 2u << 24);
+  ::setenv("GRADEQ_THREADS", "1", 1);
+  const Matrix<Bounded> one = matmul(a, b);
+  ::setenv("GRADEQ_THREADS", "3", 1);
+  const Matrix<Bounded> three = matmul(a, b);
+  ::unsetenv("GRADEQ_THREADS");
+  for (long i = 0; i < one.size(); ++i) {
+    ASSERT_EQ(one.data()[i].value, three.data()[i].value);
+    ASSERT_EQ(one.data()[i].kernel_bound, three.data()[i].kernel_bound);
+    ASSERT_EQ(one.data()[i].reference, three.data()[i].reference);
+  }
 }
 
 }  // namespace
