@@ -19,11 +19,13 @@
 //                product is a float32 value) and M < 2^(24 + q), q the sum of
 //                the operands' smallest bit exponents (every partial sum is
 //                then a float32 value)
-//   shared       per source s, each term's coefficient t_ks = c_s(a_k) b_k +
-//                c_s(b_k) a_k; a source in one term only cannot cancel and is
-//                folded into the systematic part, as is everything when more
-//                than 16 sources meet; the others keep the signed sum of
-//                their t_ks, the kSharedTerms largest, the rest folded.
+//   shared       per source s, the entries c_s(a_k) b_k and c_s(b_k) a_k of
+//                every term (one per operand that carries s); a source with
+//                one entry only cannot cancel and is folded into the
+//                systematic part (|entry| times its bound), as is every entry
+//                when more than 16 sources meet; the others keep the signed
+//                sum of their entries, the kSharedTerms largest, the rest
+//                folded.
 #pragma once
 
 #include <algorithm>
@@ -103,7 +105,7 @@ inline Bounded dot_result(long n, const DotSums& s, const DotExactness& x) {
 // Merged shared sources of a dot product, accumulated term by term.
 class DotSources {
  public:
-  // Term coefficient t for source `source` whose bound is `bound`.
+  // One entry t of source `source`, whose bound is `bound`.
   void add(std::uint64_t source, double t, double bound) {
     if (t == 0.0) return;
     const double folded = std::abs(t) * bound;
@@ -197,20 +199,12 @@ Bounded dot(long n, A&& a, B&& b, const Bounded& /*tag*/) {
     s.magnitude += (va + ha) * (vb + hb);
     s.abs_product += va * vb;
     s.reference += va * bk.reference + vb * ak.reference + ak.reference * bk.reference;
-    // Each source once per term: a's coefficient times b, plus b's times a.
-    for (int i = 0; i < ak.shared.count; ++i) {
-      const SharedTerm& t = ak.shared.term[i];
-      double c = t.coefficient * bk.value;
-      for (int j = 0; j < bk.shared.count; ++j)
-        if (bk.shared.term[j].source == t.source) c += bk.shared.term[j].coefficient * ak.value;
-      sources.add(t.source, c, t.bound);
-    }
-    for (int j = 0; j < bk.shared.count; ++j) {
-      const SharedTerm& t = bk.shared.term[j];
-      bool in_a = false;
-      for (int i = 0; i < ak.shared.count; ++i) in_a = in_a || ak.shared.term[i].source == t.source;
-      if (!in_a) sources.add(t.source, t.coefficient * ak.value, t.bound);
-    }
+    // Each operand's shared terms, each its own entry: a's coefficient times
+    // b, and b's times a (a source both carry counts twice).
+    for (int i = 0; i < ak.shared.count; ++i)
+      sources.add(ak.shared.term[i].source, ak.shared.term[i].coefficient * bk.value, ak.shared.term[i].bound);
+    for (int j = 0; j < bk.shared.count; ++j)
+      sources.add(bk.shared.term[j].source, bk.shared.term[j].coefficient * ak.value, bk.shared.term[j].bound);
   }
   sources.finish(s);
   return detail::dot_result(n, s, x);

@@ -133,13 +133,16 @@ std::vector<VectorFacts> vector_facts(const Matrix<Bounded>& x, bool by_rows) {
 // coefficient row over the reduction (a "pair": vector and source).
 struct Sources {
   Dense single_folded, single_count, multi_folded;  // the operand's shape
-  Dense coefficients;                               // [pairs, n]
+  std::vector<long> first;                          // per pair, into entry_k / entry_c; one past the end last
+  std::vector<long> entry_k;                        // the pair's elements along the reduction
+  std::vector<double> entry_c;                      // and their coefficients
   std::vector<long> vector;                         // per pair
   std::vector<SharedTerm> term;                     // per pair: source and bound
+  std::vector<char> common;                         // per pair: the other operand carries the source too
   std::vector<std::vector<long>> pairs_of_vector;
 };
 
-Sources gather_sources(const Matrix<Bounded>& x, bool by_rows) {
+Sources gather_sources(const Matrix<Bounded>& x, bool by_rows, const std::unordered_set<std::uint64_t>& common) {
   const long vectors = by_rows ? x.rows() : x.cols(), n = by_rows ? x.cols() : x.rows();
   Sources s;
   s.single_folded = Dense::Zero(x.rows(), x.cols());
@@ -152,8 +155,6 @@ Sources gather_sources(const Matrix<Bounded>& x, bool by_rows) {
     double coefficient, bound;
   };
   std::vector<Entry> entries;
-  std::vector<std::tuple<long, long>> rows_of_pairs;  // (vector, first entry) while gathering
-  std::vector<std::vector<Entry>> pair_entries;
   for (long v = 0; v < vectors; ++v) {
     entries.clear();
     for (long k = 0; k < n; ++k) {
@@ -167,7 +168,8 @@ Sources gather_sources(const Matrix<Bounded>& x, bool by_rows) {
       std::size_t j = i;
       while (j < entries.size() && entries[j].source == entries[i].source) ++j;
       const auto at = [&](long k) -> std::pair<long, long> { return by_rows ? std::pair{v, k} : std::pair{k, v}; };
-      if (j - i == 1) {
+      const bool shared_by_both = common.count(entries[i].source) > 0;
+      if (j - i == 1 && !shared_by_both) {
         const auto [r, c] = at(entries[i].k);
         s.single_folded(r, c) += std::abs(entries[i].coefficient) * entries[i].bound;
         s.single_count(r, c) += 1.0;
@@ -175,42 +177,61 @@ Sources gather_sources(const Matrix<Bounded>& x, bool by_rows) {
         s.pairs_of_vector[static_cast<std::size_t>(v)].push_back(static_cast<long>(s.term.size()));
         s.vector.push_back(v);
         s.term.push_back({entries[i].source, 0.0, entries[i].bound});
-        pair_entries.emplace_back(entries.begin() + static_cast<long>(i), entries.begin() + static_cast<long>(j));
+        s.common.push_back(shared_by_both);
+        s.first.push_back(static_cast<long>(s.entry_k.size()));
         for (std::size_t e = i; e < j; ++e) {
           const auto [r, c] = at(entries[e].k);
           s.multi_folded(r, c) += std::abs(entries[e].coefficient) * entries[e].bound;
+          s.entry_k.push_back(entries[e].k);
+          s.entry_c.push_back(entries[e].coefficient);
         }
       }
       i = j;
     }
   }
-  s.coefficients = Dense::Zero(static_cast<long>(s.term.size()), n);
-  for (std::size_t q = 0; q < pair_entries.size(); ++q)
-    for (const Entry& e : pair_entries[q]) s.coefficients(static_cast<long>(q), e.k) = e.coefficient;
+  s.first.push_back(static_cast<long>(s.entry_k.size()));
   return s;
 }
 
-Dense indicator(const Dense& x) { return (x.array() != 0.0).cast<double>(); }
+// Per pair q and output column j: the merged coefficient sum_k c_qk y(k, j)
+// and the number of terms that carry the source, #{k : c_qk y(k, j) != 0}.
+// Pairs are sparse (a source spans its own vector's elements only), so
+// these are row updates over the pair's entries, not GEMMs.
+std::pair<Dense, Dense> pair_sums(const Sources& s, const Dense& y, const Dense& y_nonzero) {
+  const long pairs = static_cast<long>(s.term.size());
+  Dense merged = Dense::Zero(pairs, y.cols()), terms = Dense::Zero(pairs, y.cols());
+  const double entries = static_cast<double>(s.entry_k.size());
+  for_panels(pairs, entries * static_cast<double>(y.cols()), [&](long q0, long q1) {
+    for (long q = q0; q < q1; ++q)
+      for (long e = s.first[q]; e < s.first[q + 1]; ++e) {
+        const double c = s.entry_c[e];
+        if (c == 0.0) continue;
+        merged.row(q) += c * y.row(s.entry_k[e]);
+        terms.row(q) += y_nonzero.row(s.entry_k[e]);
+      }
+  });
+  return {std::move(merged), std::move(terms)};
+}
 
-// Whether the fast form applies: every part finite, and no source carried by
-// both.
-bool matrix_form_applies(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
-  std::unordered_set<std::uint64_t> in_a;
-  const auto finite = [](const Bounded& x) {
-    return std::isfinite(x.value) && std::isfinite(x.kernel_bound) && std::isfinite(x.reference);
-  };
-  for (long i = 0; i < a.size(); ++i) {
-    const Bounded& x = a.data()[i];
-    if (!finite(x)) return false;
-    for (int t = 0; t < x.shared.count; ++t) in_a.insert(x.shared.term[t].source);
-  }
-  for (long i = 0; i < b.size(); ++i) {
-    const Bounded& x = b.data()[i];
-    if (!finite(x)) return false;
-    for (int t = 0; t < x.shared.count; ++t)
-      if (in_a.count(x.shared.term[t].source)) return false;
+// Whether every part is finite (GEMMs would turn 0 * Inf into NaN where the
+// rule gives 0), and the sources both operands carry.
+bool all_finite(const Matrix<Bounded>& x) {
+  for (long i = 0; i < x.size(); ++i) {
+    const Bounded& b = x.data()[i];
+    if (!std::isfinite(b.value) || !std::isfinite(b.kernel_bound) || !std::isfinite(b.reference)) return false;
   }
   return true;
+}
+
+std::unordered_set<std::uint64_t> common_sources(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
+  std::unordered_set<std::uint64_t> in_a, common;
+  for (long i = 0; i < a.size(); ++i)
+    for (int t = 0; t < a.data()[i].shared.count; ++t) in_a.insert(a.data()[i].shared.term[t].source);
+  if (in_a.empty()) return common;
+  for (long i = 0; i < b.size(); ++i)
+    for (int t = 0; t < b.data()[i].shared.count; ++t)
+      if (in_a.count(b.data()[i].shared.term[t].source)) common.insert(b.data()[i].shared.term[t].source);
+  return common;
 }
 
 }  // namespace
@@ -232,7 +253,7 @@ Matrix<Bounded> matmul_by_rule(const Matrix<Bounded>& a, const Matrix<Bounded>& 
 }
 
 Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
-  if (!matrix_form_applies(a, b)) return matmul_by_rule(a, b);
+  if (!all_finite(a) || !all_finite(b)) return matmul_by_rule(a, b);
   const long m = a.rows(), n = a.cols(), p = b.cols();
   const Parts pa(a), pb(b);
   // The values and the sums of the rule, one GEMM each.
@@ -252,25 +273,17 @@ Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
   // Shared sources: singletons folded by GEMMs; each pair's merged
   // coefficient and its number of terms, by GEMMs over coefficient rows
   // (or, where the other operand has no zero, the pair's own count).
-  const Sources sa = gather_sources(a, true), sb = gather_sources(b, false);
+  const std::unordered_set<std::uint64_t> common = common_sources(a, b);
+  const Sources sa = gather_sources(a, true, common), sb = gather_sources(b, false, common);
   Dense single_folded = product(sa.single_folded, pb.abs);
   add_product(single_folded, pa.abs, sb.single_folded);
   Dense multi_folded = product(sa.multi_folded, pb.abs);
   add_product(multi_folded, pa.abs, sb.multi_folded);
   Dense single_count = product(sa.single_count, pb.nonzero);
   add_product(single_count, pa.nonzero, sb.single_count);
-  const auto terms = [](const Dense& coefficients, const Dense& other_nonzero, long outputs) {
-    if ((other_nonzero.array() != 0.0).all()) {
-      const Dense per_pair = indicator(coefficients).rowwise().sum();
-      return Dense(per_pair.replicate(1, outputs));
-    }
-    return product(indicator(coefficients), other_nonzero);
-  };
-  const Dense merged_a = product(sa.coefficients, pb.value);  // [pairs_a, p]
-  const Dense terms_a = terms(sa.coefficients, pb.nonzero, p);
   const Dense value_a_t = pa.value.transpose(), nonzero_a_t = pa.nonzero.transpose();
-  const Dense merged_b = product(sb.coefficients, value_a_t);  // [pairs_b, m]
-  const Dense terms_b = terms(sb.coefficients, nonzero_a_t, m);
+  const auto [merged_a, terms_a] = pair_sums(sa, pb.value, pb.nonzero);    // [pairs_a, p]
+  const auto [merged_b, terms_b] = pair_sums(sb, value_a_t, nonzero_a_t);  // [pairs_b, m]
   // M = sum (|a| + H_a)(|b| + H_b), with H = systematic + random + shared
   // magnitude: the sums above, added.
   const Dense magnitude = abs_product + systematic + random + single_folded + multi_folded;
@@ -278,6 +291,11 @@ Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
   const std::vector<VectorFacts> fa = vector_facts(a, true), fb = vector_facts(b, false);
   Matrix<Bounded> out(m, p);
   for_panels(m, static_cast<double>(m) * static_cast<double>(p) * 64.0, [&](long i0, long i1) {
+    struct Candidate {
+      SharedTerm term;
+      double coefficient, entries;
+    };
+    std::vector<Candidate> candidates;
     std::vector<SharedTerm> kept;
     for (long i = i0; i < i1; ++i)
       for (long j = 0; j < p; ++j) {
@@ -290,29 +308,48 @@ Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
         s.magnitude = magnitude(i, j);
         s.abs_product = abs_product(i, j);
         s.reference = reference(i, j);
-        // Distinct sources in this dot product, as ref::dot counts them.
-        double sources = single_count(i, j);
-        for (long q : sa.pairs_of_vector[static_cast<std::size_t>(i)]) sources += terms_a(q, j) > 0.0;
-        for (long q : sb.pairs_of_vector[static_cast<std::size_t>(j)]) sources += terms_b(q, i) > 0.0;
-        if (sources > static_cast<double>(detail::kDotSources)) {
-          s.shared_systematic = single_folded(i, j) + multi_folded(i, j);
-        } else {
-          s.shared_systematic = single_folded(i, j);
-          kept.clear();
-          const auto consider = [&](const SharedTerm& t, double coefficient, double terms) {
-            if (terms == 1.0) {
-              s.shared_systematic += std::abs(coefficient) * t.bound;
-            } else if (terms > 1.0 && coefficient != 0.0) {
-              kept.push_back({t.source, coefficient, t.bound});
-            }
-          };
-          for (long q : sa.pairs_of_vector[static_cast<std::size_t>(i)])
-            consider(sa.term[q], merged_a(q, j), terms_a(q, j));
-          for (long q : sb.pairs_of_vector[static_cast<std::size_t>(j)])
-            consider(sb.term[q], merged_b(q, i), terms_b(q, i));
-          detail::DotSources::keep_largest(kept, s);
+        // Each source's merged coefficient and entries in this dot product; a
+      // source both operands carry has a pair on each side.
+      candidates.clear();
+      const auto& pairs_a = sa.pairs_of_vector[static_cast<std::size_t>(i)];
+      const auto& pairs_b = sb.pairs_of_vector[static_cast<std::size_t>(j)];
+      const auto other_side = [&](const Sources& other, const std::vector<long>& pairs, std::uint64_t source) {
+        for (long q : pairs)
+          if (other.term[q].source == source) return q;
+        return -1L;
+      };
+      for (long q : pairs_a) {
+        Candidate c{sa.term[q], merged_a(q, j), terms_a(q, j)};
+        if (sa.common[q]) {
+          const long qb = other_side(sb, pairs_b, c.term.source);
+          if (qb >= 0) {
+            c.coefficient += merged_b(qb, i);
+            c.entries += terms_b(qb, i);
+          }
         }
-        detail::DotExactness x;
+        candidates.push_back(c);
+      }
+      for (long q : pairs_b)
+        if (!sb.common[q] || other_side(sa, pairs_a, sb.term[q].source) < 0)
+          candidates.push_back({sb.term[q], merged_b(q, i), terms_b(q, i)});
+      // Distinct sources, as ref::dot counts them.
+      double sources = single_count(i, j);
+      for (const Candidate& c : candidates) sources += c.entries > 0.0;
+      if (sources > static_cast<double>(detail::kDotSources)) {
+        s.shared_systematic = single_folded(i, j) + multi_folded(i, j);
+      } else {
+        s.shared_systematic = single_folded(i, j);
+        kept.clear();
+        for (const Candidate& c : candidates) {
+          if (c.entries == 1.0) {
+            s.shared_systematic += std::abs(c.coefficient) * c.term.bound;
+          } else if (c.entries > 1.0 && c.coefficient != 0.0) {
+            kept.push_back({c.term.source, c.coefficient, c.term.bound});
+          }
+        }
+        detail::DotSources::keep_largest(kept, s);
+      }
+      detail::DotExactness x;
         const VectorFacts &ra = fa[static_cast<std::size_t>(i)], &cb = fb[static_cast<std::size_t>(j)];
         x.max_bits_a = ra.max_bits;
         x.max_bits_b = cb.max_bits;

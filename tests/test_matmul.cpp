@@ -27,6 +27,12 @@ struct Shapes {
   double normal(double s = 1.0) { return std::normal_distribution<double>(0.0, s)(rng); }
   bool chance(double p) { return std::bernoulli_distribution(p)(rng); }
 
+  static bool carries_sources(const Matrix<Bounded>& m) {
+    for (long i = 0; i < m.size(); ++i)
+      if (m.data()[i].shared.count > 0) return true;
+    return false;
+  }
+
   Matrix<Bounded> operand(long rows, long cols, std::uint64_t base) {
     Matrix<Bounded> m(rows, cols);
     const bool rows_shared = chance(0.6), cols_shared = chance(0.4), block_shared = chance(0.3), global = chance(0.3),
@@ -82,12 +88,16 @@ void expect_same(const Bounded& fast, const Bounded& rule, const std::string& wh
 
 TEST(Matmul, MatrixFormIsTheScalarRule) {
   Shapes g(7);
-  long compared = 0, with_shared = 0, exact = 0;
-  for (int trial = 0; trial < 60; ++trial) {
+  long compared = 0, with_shared = 0, exact = 0, trials_with_common = 0;
+  for (int trial = 0; trial < 90; ++trial) {
     const long m = 1 + static_cast<long>(g.rng() % 9), n = 1 + static_cast<long>(g.rng() % 40),
                p = 1 + static_cast<long>(g.rng() % 9);
-    const Matrix<Bounded> a = g.operand(m, n, 1u << 24), b = g.operand(n, p, 2u << 24);
+    // Every third pair of operands draws on the same sources (as a gradient
+    // and the activation it meets both depend on one normalizer's statistics).
+    const std::uint64_t base_b = trial % 3 == 0 ? 1u << 24 : 2u << 24;
+    const Matrix<Bounded> a = g.operand(m, n, 1u << 24), b = g.operand(n, p, base_b);
     const Matrix<Bounded> fast = matmul(a, b), rule = matmul_by_rule(a, b);
+    trials_with_common += base_b == (1u << 24) && g.carries_sources(a) && g.carries_sources(b);
     for (long i = 0; i < m; ++i)
       for (long j = 0; j < p; ++j) {
         expect_same(fast(i, j), rule(i, j),
@@ -99,13 +109,14 @@ TEST(Matmul, MatrixFormIsTheScalarRule) {
   }
   // The cases the rule distinguishes all occurred.
   EXPECT_GT(compared, 1000);
+  EXPECT_GT(trials_with_common, 5);
   EXPECT_GT(with_shared, 100);
   EXPECT_GT(exact, 10);
 }
 
 TEST(Matmul, OperandsSharingASourceFollowTheRule) {
-  // A source carried by both operands (a clip coefficient in the weights
-  // and in activations computed from them) takes the element-by-element form.
+  // A source carried by both operands (a normalizer's statistics in a
+  // gradient and in the activation it meets): one entry on each side.
   Shapes g(11);
   Matrix<Bounded> a = g.operand(4, 6, 1u << 24), b = g.operand(6, 3, 2u << 24);
   SharedTerms s;
@@ -114,7 +125,11 @@ TEST(Matmul, OperandsSharingASourceFollowTheRule) {
   a(0, 0) = Bounded::with_shared(a(0, 0).value, a(0, 0).kernel_parts, s, 0.0);
   b(0, 0) = Bounded::with_shared(b(0, 0).value, b(0, 0).kernel_parts, s, 0.0);
   const Matrix<Bounded> fast = matmul(a, b), rule = matmul_by_rule(a, b);
-  for (long i = 0; i < fast.size(); ++i) EXPECT_EQ(fast.data()[i].kernel_bound, rule.data()[i].kernel_bound);
+  for (long i = 0; i < fast.size(); ++i) expect_same(fast.data()[i], rule.data()[i], std::to_string(i));
+  // The source meets itself in output (0, 0): kept shared, with both entries.
+  bool kept = false;
+  for (int t = 0; t < rule(0, 0).shared.count; ++t) kept = kept || rule(0, 0).shared.term[t].source == 77;
+  EXPECT_TRUE(kept);
 }
 
 // The rule's bound holds for float32 GEMMs of exact float32 operands, in
