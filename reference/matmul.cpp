@@ -195,20 +195,44 @@ Sources gather_sources(const Matrix<Bounded>& x, bool by_rows, const std::unorde
 
 // Per pair q and output column j: the merged coefficient sum_k c_qk y(k, j)
 // and the number of terms that carry the source, #{k : c_qk y(k, j) != 0}.
-// Pairs are sparse (a source spans its own vector's elements only), so
-// these are row updates over the pair's entries, not GEMMs.
+// A pair that spans much of its vector (a row's statistics) goes into one
+// GEMM with the others like it; a sparse one (a source of a few elements)
+// is a sum of rows of y over its entries.
 std::pair<Dense, Dense> pair_sums(const Sources& s, const Dense& y, const Dense& y_nonzero) {
-  const long pairs = static_cast<long>(s.term.size());
-  Dense merged = Dense::Zero(pairs, y.cols()), terms = Dense::Zero(pairs, y.cols());
-  const double entries = static_cast<double>(s.entry_k.size());
-  for_panels(pairs, entries * static_cast<double>(y.cols()), [&](long q0, long q1) {
-    for (long q = q0; q < q1; ++q)
+  const long pairs = static_cast<long>(s.term.size()), n = y.rows(), outputs = y.cols();
+  Dense merged = Dense::Zero(pairs, outputs), terms = Dense::Zero(pairs, outputs);
+  const auto entries_of = [&](long q) { return s.first[q + 1] - s.first[q]; };
+  std::vector<long> dense, sparse;
+  for (long q = 0; q < pairs; ++q) (4 * entries_of(q) >= n ? dense : sparse).push_back(q);
+  if (!dense.empty()) {
+    Dense c = Dense::Zero(static_cast<long>(dense.size()), n);
+    for (std::size_t d = 0; d < dense.size(); ++d)
+      for (long e = s.first[dense[d]]; e < s.first[dense[d] + 1]; ++e) c(static_cast<long>(d), s.entry_k[e]) = s.entry_c[e];
+    Dense m = Dense::Zero(c.rows(), outputs);
+    gemm_panels(m, c, y);
+    Dense t = Dense::Zero(c.rows(), outputs);
+    if ((y_nonzero.array() != 0.0).all()) {
+      t = (c.array() != 0.0).cast<double>().rowwise().sum().replicate(1, outputs);
+    } else {
+      gemm_panels(t, Dense((c.array() != 0.0).cast<double>()), y_nonzero);
+    }
+    for (std::size_t d = 0; d < dense.size(); ++d) {
+      merged.row(dense[d]) = m.row(static_cast<long>(d));
+      terms.row(dense[d]) = t.row(static_cast<long>(d));
+    }
+  }
+  double work = 0.0;
+  for (long q : sparse) work += static_cast<double>(entries_of(q)) * static_cast<double>(outputs);
+  for_panels(static_cast<long>(sparse.size()), work, [&](long q0, long q1) {
+    for (long i = q0; i < q1; ++i) {
+      const long q = sparse[static_cast<std::size_t>(i)];
       for (long e = s.first[q]; e < s.first[q + 1]; ++e) {
         const double c = s.entry_c[e];
         if (c == 0.0) continue;
         merged.row(q) += c * y.row(s.entry_k[e]);
         terms.row(q) += y_nonzero.row(s.entry_k[e]);
       }
+    }
   });
   return {std::move(merged), std::move(terms)};
 }
