@@ -1,7 +1,9 @@
-// generators.cpp — scenario generators. Sizes stay small (a property runs
-// hundreds of cases on two cores) but always include the edge cases.
+// generators.cpp — scenario generators. Sizes stay small by default (a
+// property runs hundreds of cases on two cores) but always include the edge
+// cases; the large tier widens them to real layers' tile boundaries.
 #include "properties/generators.h"
 
+#include <atomic>
 #include <numeric>
 
 namespace gradeq {
@@ -26,7 +28,22 @@ rc::Gen<long> group_count(long channels) {
 
 }  // namespace
 
-rc::Gen<long> awkward_width() { return rc::gen::element(1L, 2L, 3L, 4L, 5L, 7L, 8L, 9L, 11L, 13L, 15L, 16L, 17L, 31L, 32L, 33L); }
+namespace {
+std::atomic<SizeTier> tier{SizeTier::small};
+}  // namespace
+
+std::string size_tier_name(SizeTier t) { return t == SizeTier::large ? "large" : "small"; }
+void set_size_tier(SizeTier t) { tier = t; }
+SizeTier size_tier() { return tier; }
+
+rc::Gen<long> awkward_width() {
+  if (size_tier() == SizeTier::large) return rc::gen::element(1L, 63L, 64L, 65L, 127L, 128L, 129L, 255L, 256L, 257L);
+  return rc::gen::element(1L, 2L, 3L, 4L, 5L, 7L, 8L, 9L, 11L, 13L, 15L, 16L, 17L, 31L, 32L, 33L);
+}
+
+rc::Gen<long> sequence_positions() {
+  return size_tier() == SizeTier::large ? rc::gen::inRange<long>(8, 33) : rc::gen::inRange<long>(2, 7);
+}
 
 std::string split_shape_name(SplitShape s) {
   switch (s) {
@@ -84,7 +101,7 @@ rc::Gen<ScenarioSpec> independent_scenario() {
     s.name = "generated";
     s.model.loss = *rc::gen::element(ref::LossKind::mse, ref::LossKind::cross_entropy);
     const bool sequences = s.model.loss == ref::LossKind::cross_entropy && *rc::gen::arbitrary<bool>();
-    s.model.positions = sequences ? *rc::gen::inRange<long>(2, 7) : 1;
+    s.model.positions = sequences ? *sequence_positions() : 1;
     s.model.input_features = *awkward_width();
     // A third of the models normalize the raw input first (pre-norm).
     if (*rc::gen::inRange(0, 3) == 0) s.model.layers.push_back({*rc::gen::element(LayerKind::layer_norm, LayerKind::rms_norm), 0});
@@ -212,7 +229,9 @@ rc::Gen<ScenarioSpec> normalized_scenario() {
     s.name = "generated normalized";
     s.model.loss = *rc::gen::element(ref::LossKind::mse, ref::LossKind::cross_entropy);
     const bool sequences = s.model.loss == ref::LossKind::cross_entropy && *rc::gen::arbitrary<bool>();
-    s.model.positions = sequences ? *rc::gen::inRange<long>(2, 9) : *rc::gen::element(1L, 1L, 4L);
+    s.model.positions = !sequences                          ? *rc::gen::element(1L, 1L, 4L)
+                        : size_tier() == SizeTier::large ? *sequence_positions()
+                                                         : *rc::gen::inRange<long>(2, 9);
     s.model.input_features = *awkward_width();
     const LayerKind norm = *rc::gen::element(LayerKind::layer_norm, LayerKind::rms_norm, LayerKind::group_norm,
                                              LayerKind::batch_norm);

@@ -14,8 +14,20 @@
 
 namespace gradeq {
 
-// Feature widths a kernel gets wrong: 1, primes, 2^k and 2^k +- 1.
+// How large generated shapes are: small (the gate: hundreds of cases on two
+// cores; widths up to 33) or large (widths at the tile boundaries of real
+// kernels, 63 to 257, and longer sequences). Set before generating; one
+// setting for every thread.
+enum class SizeTier { small, large };
+std::string size_tier_name(SizeTier t);
+void set_size_tier(SizeTier t);
+SizeTier size_tier();
+
+// Feature widths a kernel gets wrong: 1, primes, 2^k and 2^k +- 1 (large
+// tier: 1 and 2^k +- 1 for k = 6..8).
 rc::Gen<long> awkward_width();
+// Positions per sample of a sequence model: 2-6 (large tier: 8-32).
+rc::Gen<long> sequence_positions();
 
 enum class SplitShape { equal, uneven, partial_last_window, power_of_two };
 std::string split_shape_name(SplitShape s);

@@ -90,6 +90,7 @@ nlohmann::json report_json(const CheckReport& r) {
           {"backend", r.backend},
           {"seed", r.seed},
           {"cases_per_property", r.cases},
+          {"size", size_tier_name(r.size)},
           {"error_model", error_model_name(r.model)},
           {"formulation_factor", kFormulationFactor},
           {"passed", r.passed()},

@@ -108,7 +108,8 @@ std::string report_markdown(const CheckReport& r) {
   md << "\n";
 
   if (!r.properties.empty()) {
-    md << "## Properties\n\nEach property ran on generated cases; a case is discarded (and counted) when it cannot "
+    md << "## Properties\n\nEach property ran on generated cases (" << size_tier_name(r.size)
+       << " shapes); a case is discarded (and counted) when it cannot "
           "decide the property whatever the backend does: all reference gradients zero (vacuous), or an element the "
           "error model cannot bound (ill-conditioned). A property that discards more than "
        << 100.0 * kMaxDiscardRate << " % of its cases fails: it would not test what it claims.\n\n";

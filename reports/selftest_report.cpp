@@ -41,7 +41,7 @@ nlohmann::json selftest_json(const SelfTestReport& r) {
       points.push_back({{"micro_batches", p.micro_batches}, {"caught", p.caught}, {"ratio", json_number(p.ratio)}});
     b16.push_back({{"compute", std::string(dtype_name(t.compute))}, {"first_caught", t.first_caught}, {"points", points}});
   }
-  nlohmann::json out = {{"backend", r.backend},       {"seed", r.seed},       {"cases", r.cases},
+  nlohmann::json out = {{"backend", r.backend},       {"seed", r.seed},       {"cases", r.cases}, {"size", size_tier_name(r.size)},
                         {"passed", r.passed()},       {"survivors", r.survivors()},
                         {"correct", correct},         {"kill_matrix", cells}, {"mutants", mutants},
                         {"b16_threshold", b16},       {"seconds", r.seconds}};
@@ -85,7 +85,7 @@ std::string selftest_markdown(const SelfTestReport& r) {
   std::ostringstream md;
   md << "# gradeq self-test\n\n";
   md << "**" << (r.passed() ? "PASS" : "FAIL") << "** — backend `" << r.backend << "`, seed " << r.seed << ", up to "
-     << r.cases << " cases per property and mutant, " << fmt::format("{:.1f}", r.seconds) << " s. Every property "
+     << r.cases << " cases per property and mutant, " << size_tier_name(r.size) << " shapes, " << fmt::format("{:.1f}", r.seconds) << " s. Every property "
      << "that runs the backend is run against correct code (it must pass) and against one mutant per catalogued "
         "bug (docs/BUGS.md; kernels/mutants): each mutant must be caught by at least one property, with a "
         "shrunk counterexample.\n\n";

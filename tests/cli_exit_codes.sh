@@ -32,6 +32,8 @@ expect 2 "unknown property" -- check --property NoSuchProperty
 expect 2 "exactly one --scenario" -- check --dump "$work/d"
 expect 2 "out" -- report
 expect 2 "error-model" -- check --error-model guess
+expect 2 "size" -- check --size huge
+expect 2 "size" -- selftest --size medium
 expect 2 "requires --campaign" -- selftest --campaign-mutant-cases 5
 expect 2 "requires --campaign" -- selftest --threads 2
 expect 2 "campaign" -- selftest --campaign 0

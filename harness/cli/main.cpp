@@ -43,8 +43,18 @@ struct CheckArgs {
   int cases = 100;
   std::vector<std::string> scenarios, properties;
   std::string error_model = "probabilistic";
+  std::string size = "small";
   std::string report_dir, junit_file, dump_dir, config_file;
 };
+
+SizeTier size_tier_of(const std::string& name) { return name == "large" ? SizeTier::large : SizeTier::small; }
+
+// The properties' shapes: small (the gate) or large (real layers' tile
+// boundaries); one option for check, report and selftest.
+void add_size_option(CLI::App& cmd, std::string& size) {
+  cmd.add_option("--size", size, "Shapes the properties generate: small (default) or large (widths 63-257)")
+      ->check(CLI::IsMember({"small", "large"}));
+}
 
 void add_check_options(CLI::App& cmd, CheckArgs& a) {
   cmd.add_option("--backend", a.backend, "Backend under test")->check(CLI::IsMember({"cpu", "cuda"}));
@@ -58,6 +68,7 @@ void add_check_options(CLI::App& cmd, CheckArgs& a) {
       ->check(CLI::IsMember({"deterministic", "probabilistic"}));
   cmd.add_option("--junit", a.junit_file, "Also write JUnit XML to this file");
   cmd.add_option("--dump", a.dump_dir, "Write the tensors of the one --scenario as .npy files into this directory");
+  add_size_option(cmd, a.size);
 }
 
 // A run seed: any 64-bit unsigned value, written in decimal, nothing else
@@ -119,9 +130,10 @@ int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir) 
   // A written report carries the studies too.
   options.run_norm_sweep = options.run_precision_sweep = report_dir.has_value();
   options.norm_sweep.seed = options.precision_sweep.seed = options.seed;
+  options.size = size_tier_of(a.size);
 
-  std::cout << fmt::format("gradeq check: backend {}, seed {}, {} cases per property, {} error model\n",
-                           backend->name(), options.seed, a.cases, a.error_model);
+  std::cout << fmt::format("gradeq check: backend {}, seed {}, {} cases per property, {} shapes, {} error model\n",
+                           backend->name(), options.seed, a.cases, a.size, a.error_model);
   const ProgressSink progress = make_progress();
   const CheckReport report = run_gate(options, *backend, correct_loop(), progress);
   end_progress();
@@ -193,6 +205,7 @@ struct SelfTestArgs {
   long campaign = 0;
   long campaign_mutant_cases = 2000;
   int threads = 2;
+  std::string size = "small";
   std::string out_dir;
 };
 
@@ -206,6 +219,7 @@ int run_selftest_command(const SelfTestArgs& a) {
   options.campaign_cases = a.campaign;
   options.campaign_mutant_cases = a.campaign_mutant_cases;
   options.threads = a.threads;
+  options.size = size_tier_of(a.size);
   const ProgressSink progress = make_progress();
   const SelfTestReport report = run_selftest(options, *backend, progress);
   end_progress();
@@ -279,6 +293,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 64))
       ->needs(campaign);
   selftest->add_option("--out", selftest_args.out_dir, "Write selftest.json and selftest.md here");
+  add_size_option(*selftest, selftest_args.size);
 
   std::string list_what = "all";
   CLI::App* list = app.add_subcommand("list", "List scenarios, properties, mutants and backends");

@@ -43,6 +43,8 @@ CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFac
   report.seed = options.seed;
   report.cases = options.cases;
   report.model = options.model;
+  report.size = options.size;
+  set_size_tier(options.size);
 
   std::vector<ScenarioSpec> scenarios;
   if (options.run_scenarios) {

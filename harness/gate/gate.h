@@ -16,6 +16,7 @@
 #include "harness/norm_sweep.h"
 #include "harness/precision_sweep.h"
 #include "harness/progress.h"
+#include "properties/generators.h"
 #include "properties/property_runner.h"
 
 namespace gradeq {
@@ -33,6 +34,7 @@ struct GateOptions {
   bool run_precision_sweep = false;      // the report's accumulation-precision study
   PrecisionSweepOptions precision_sweep;
   ErrorModel model;
+  SizeTier size = SizeTier::small;       // of the properties' generated shapes
 };
 
 struct CheckReport {
@@ -42,6 +44,7 @@ struct CheckReport {
   std::uint64_t seed = 0;
   int cases = 0;
   ErrorModel model;
+  SizeTier size = SizeTier::small;
   std::vector<ScenarioResult> scenarios;
   std::vector<PropertyRun> properties;
   std::optional<NormSweep> norm_sweep;

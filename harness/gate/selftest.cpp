@@ -53,6 +53,8 @@ SelfTestReport run_selftest(const SelfTestOptions& o, Backend& backend, const Pr
   report.backend = backend.name();
   report.seed = o.seed;
   report.cases = o.cases;
+  report.size = o.size;
+  set_size_tier(o.size);
   const std::vector<const Property*> properties = selftest_parts::backend_properties();
   PropertyRunConfig config;
   config.cases = o.cases;

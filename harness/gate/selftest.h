@@ -16,6 +16,7 @@
 
 #include "harness/equivalence.h"
 #include "harness/progress.h"
+#include "properties/generators.h"
 #include "properties/property_runner.h"
 
 namespace gradeq {
@@ -27,6 +28,7 @@ struct SelfTestOptions {
   long campaign_mutant_cases = 2000;  // cases each mutant sees in the campaign
   int threads = 2;
   ErrorModel model;
+  SizeTier size = SizeTier::small;  // of the generated shapes
 };
 
 struct KillCell {
@@ -93,6 +95,7 @@ struct SelfTestReport {
   std::string backend;
   std::uint64_t seed = 0;
   int cases = 0;
+  SizeTier size = SizeTier::small;
   std::vector<PropertyRun> correct;  // every backend-exercising property on correct code
   std::vector<KillCell> cells;
   std::vector<MutantSummary> mutants;
