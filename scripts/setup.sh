@@ -2,7 +2,8 @@
 # Installs the Debian packages gradeq needs (only those missing), then
 # configures and builds it in ./build. Safe to run again: it does nothing
 # that is already done. CUDA is used when /usr/local/cuda/bin/nvcc (or nvcc
-# on PATH) exists; otherwise only the host backend is built.
+# on PATH) exists; otherwise only the host backend is built. The build is for
+# this machine (GRADEQ_ARCH=native): the scripts run where they build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,6 +23,6 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >build.configure.log 2>&1 || { cat build.configure.log; exit 1; }
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGRADEQ_ARCH=native >build.configure.log 2>&1 || { cat build.configure.log; exit 1; }
 grep -E "gradeq:|CUDA compiler identification" build.configure.log || true
 cmake --build build -j "$jobs"

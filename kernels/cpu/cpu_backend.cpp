@@ -1,11 +1,34 @@
-// cpu_backend.cpp — host implementations. Each op: check shapes, loop in
+// cpu_backend.cpp — host implementations. Each op: check shapes, compute in
 // float32 with float32 accumulators, round every store to the dtype of the
 // tensor written.
+//
+// The GEMMs are Eigen's blocked float32 kernels, single-threaded, and the
+// blocked path for every shape (threshold 0: never Eigen's coefficient-wise
+// product for small ones, whose vector/scalar split follows the output's
+// address), so that the summation order depends on the shapes, the
+// instruction set and the cache sizes Eigen's blocking reads, never on where
+// a buffer lies (docs/NUMERICS.md §10). The threshold applies to the product
+// types of this file, which no other file instantiates. Element-wise and
+// list ops are one loop per dtype, so that the compiler vectorizes them;
+// their arithmetic is the source's, operation by operation (no fast-math,
+// no contraction).
+#define EIGEN_DONT_PARALLELIZE
+#define EIGEN_GEMM_TO_COEFFBASED_THRESHOLD 0
 #include "kernels/cpu/cpu_backend.h"
 
+// GCC 12 reports _mm512_undefined_ps() in Eigen's AVX-512 packing as
+// maybe-uninitialized (a false positive: GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <Eigen/Core>
+#pragma GCC diagnostic pop
+
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/check.h"
@@ -18,6 +41,43 @@ namespace {
 float* values(const Tensor& t) { return static_cast<float*>(t.data); }
 
 std::size_t bytes_of(long count, DType t) { return static_cast<std::size_t>(count) * (t == DType::f32 ? 4 : 2); }
+
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using ConstMap = Eigen::Map<const RowMatrix>;
+using Map = Eigen::Map<RowMatrix>;
+
+ConstMap matrix(const Tensor& t) { return ConstMap(values(t), t.rows, t.cols); }
+
+// A store to dtype D, known at compile time: the loops below are written
+// once per dtype (dispatch), with no switch inside them.
+template <DType D>
+inline float store(float x) {
+  if constexpr (D == DType::bf16) return round_to_bf16(x);
+  else if constexpr (D == DType::f16) return round_to_f16(x);
+  else return x;
+}
+
+template <DType D>
+using DTypeTag = std::integral_constant<DType, D>;
+
+// f(DTypeTag<t>{}): one instantiation of f per dtype.
+template <class F>
+void dispatch(DType t, F&& f) {
+  switch (t) {
+    case DType::f32: f(DTypeTag<DType::f32>{}); return;
+    case DType::bf16: f(DTypeTag<DType::bf16>{}); return;
+    case DType::f16: f(DTypeTag<DType::f16>{}); return;
+  }
+}
+
+// v[i] = round(v[i], dtype) over n elements.
+void round_in_place(float* v, long n, DType t) {
+  dispatch(t, [&](auto d) {
+    constexpr DType D = decltype(d)::value;
+    if constexpr (D != DType::f32)
+      for (long i = 0; i < n; ++i) v[i] = store<D>(v[i]);
+  });
+}
 
 }  // namespace
 
@@ -44,91 +104,146 @@ void CpuBackend::release(Tensor& t) {
 
 void CpuBackend::upload(const Tensor& dst, std::span<const float> host) {
   GRADEQ_REQUIRE(static_cast<long>(host.size()) == dst.size(), "upload: size mismatch");
-  for (long i = 0; i < dst.size(); ++i) values(dst)[i] = round_to(host[i], dst.dtype);
+  float* d = values(dst);
+  const float* h = host.data();
+  const long n = dst.size();
+  dispatch(dst.dtype, [&](auto dt) {
+    constexpr DType D = decltype(dt)::value;
+    for (long i = 0; i < n; ++i) d[i] = store<D>(h[i]);
+  });
 }
 
 void CpuBackend::download(const Tensor& src, std::span<float> host) {
   GRADEQ_REQUIRE(static_cast<long>(host.size()) == src.size(), "download: size mismatch");
-  for (long i = 0; i < src.size(); ++i) host[i] = values(src)[i];
+  std::copy(values(src), values(src) + src.size(), host.data());
 }
 
 void CpuBackend::fill(const Tensor& t, float value) {
-  for (long i = 0; i < t.size(); ++i) values(t)[i] = round_to(value, t.dtype);
+  std::fill(values(t), values(t) + t.size(), round_to(value, t.dtype));
 }
 
 void CpuBackend::convert(const Tensor& src, const Tensor& dst) {
   require_shape(dst, src.rows, src.cols, "convert");
-  for (long i = 0; i < src.size(); ++i) values(dst)[i] = round_to(values(src)[i], dst.dtype);
+  const float* s = values(src);
+  float* d = values(dst);
+  const long n = src.size();
+  dispatch(dst.dtype, [&](auto dt) {
+    constexpr DType D = decltype(dt)::value;
+    for (long i = 0; i < n; ++i) d[i] = store<D>(s[i]);
+  });
 }
 
+// y = x w^T + b: the product in float32 (Eigen), written into y's float32
+// storage, then y = round(acc + b) in one pass.
 void CpuBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) {
   const long rows = x.rows, in = x.cols, out = w.rows;
   require_shape(w, out, in, "linear_forward weight");
   require_shape(b, 1, out, "linear_forward bias");
   require_shape(y, rows, out, "linear_forward output");
-  const float *xv = values(x), *wv = values(w), *bv = values(b);
-  for (long i = 0; i < rows; ++i)
-    for (long o = 0; o < out; ++o) {
-      float acc = 0.0f;
-      for (long k = 0; k < in; ++k) acc += xv[i * in + k] * wv[o * in + k];
-      values(y)[i * out + o] = round_to(acc + bv[o], y.dtype);
+  if (rows == 0 || out == 0) return;
+  float* yv = values(y);
+  const float* bv = values(b);
+  Map acc(yv, rows, out);
+  if (in == 0) {
+    acc.setZero();
+  } else {
+    acc.noalias() = matrix(x) * matrix(w).transpose();
+  }
+  dispatch(y.dtype, [&](auto dt) {
+    constexpr DType D = decltype(dt)::value;
+    for (long i = 0; i < rows; ++i) {
+      float* row = yv + i * out;
+      for (long o = 0; o < out; ++o) row[o] = store<D>(row[o] + bv[o]);
     }
+  });
 }
 
+// dx = dy w: the product in float32 (Eigen) into dx's storage, then rounded.
 void CpuBackend::linear_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx) {
   const long rows = dy.rows, out = w.rows, in = w.cols;
   require_shape(dy, rows, out, "linear_backward_data dy");
   require_shape(dx, rows, in, "linear_backward_data dx");
-  const float *dyv = values(dy), *wv = values(w);
-  std::vector<float> acc(static_cast<std::size_t>(in));
-  for (long i = 0; i < rows; ++i) {
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    for (long o = 0; o < out; ++o) {
-      const float d = dyv[i * out + o];
-      for (long k = 0; k < in; ++k) acc[k] += d * wv[o * in + k];
-    }
-    for (long k = 0; k < in; ++k) values(dx)[i * in + k] = round_to(acc[k], dx.dtype);
+  if (rows == 0 || in == 0) return;
+  Map acc(values(dx), rows, in);
+  if (out == 0) {
+    acc.setZero();
+  } else {
+    acc.noalias() = matrix(dy) * matrix(w);
   }
+  round_in_place(values(dx), dx.size(), dx.dtype);
 }
 
 // The weight-gradient GEMM with beta = 1: dw = dw + dy^T x, the product
-// formed in float32 and added once into the gradient buffer, rounded to its
-// dtype (float32, or bfloat16 / float16 for low-precision accumulation).
+// formed completely in a float32 temporary and then added once into the
+// gradient buffer, rounded to its dtype (float32, or bfloat16 / float16 for
+// low-precision accumulation): one add per micro-batch, as the error model
+// counts. db += column sums of dy, each a float32 sum over the rows in
+// order, added once the same way.
 void CpuBackend::linear_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) {
   const long rows = x.rows, in = x.cols, out = dy.cols;
   require_shape(dy, rows, out, "linear_backward_weight dy");
   require_shape(dw, out, in, "linear_backward_weight dw");
   require_shape(db, 1, out, "linear_backward_weight db");
-  const float *dyv = values(dy), *xv = values(x);
-  std::vector<float> acc(static_cast<std::size_t>(in));
-  for (long o = 0; o < out; ++o) {
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    float bias_acc = 0.0f;
-    for (long i = 0; i < rows; ++i) {
-      const float d = dyv[i * out + o];
-      bias_acc += d;
-      for (long k = 0; k < in; ++k) acc[k] += d * xv[i * in + k];
+  if (out == 0) return;
+  const float* dyv = values(dy);
+  const std::size_t products = static_cast<std::size_t>(out * in);
+  if (scratch_.size() < products + static_cast<std::size_t>(out)) scratch_.resize(products + static_cast<std::size_t>(out));
+  float* p = scratch_.data();
+  float* column_sums = p + products;
+  if (in > 0) {
+    Map product(p, out, in);
+    if (rows == 0) {
+      product.setZero();
+    } else {
+      product.noalias() = matrix(dy).transpose() * matrix(x);
     }
-    for (long k = 0; k < in; ++k) values(dw)[o * in + k] = round_to(values(dw)[o * in + k] + acc[k], dw.dtype);
-    values(db)[o] = round_to(values(db)[o] + bias_acc, db.dtype);
   }
+  std::fill(column_sums, column_sums + out, 0.0f);
+  for (long i = 0; i < rows; ++i) {
+    const float* row = dyv + i * out;
+    for (long o = 0; o < out; ++o) column_sums[o] += row[o];
+  }
+  float* dwv = values(dw);
+  float* dbv = values(db);
+  dispatch(dw.dtype, [&](auto dt) {
+    constexpr DType D = decltype(dt)::value;
+    for (std::size_t k = 0; k < products; ++k) dwv[k] = store<D>(dwv[k] + p[k]);
+  });
+  dispatch(db.dtype, [&](auto dt) {
+    constexpr DType D = decltype(dt)::value;
+    for (long o = 0; o < out; ++o) dbv[o] = store<D>(dbv[o] + column_sums[o]);
+  });
 }
 
 void CpuBackend::activation_forward(Activation a, const Tensor& x, const Tensor& y) {
   require_shape(y, x.rows, x.cols, "activation_forward");
-  for (long i = 0; i < x.size(); ++i) {
-    const float v = values(x)[i];
-    values(y)[i] = round_to(a == Activation::relu ? element::relu(v) : element::gelu_tanh(v), y.dtype);
-  }
+  const float* xv = values(x);
+  float* yv = values(y);
+  const long n = x.size();
+  dispatch(y.dtype, [&](auto dt) {
+    constexpr DType D = decltype(dt)::value;
+    if (a == Activation::relu) {
+      for (long i = 0; i < n; ++i) yv[i] = store<D>(element::relu(xv[i]));
+    } else {
+      for (long i = 0; i < n; ++i) yv[i] = store<D>(element::gelu_tanh(xv[i]));
+    }
+  });
 }
 
 void CpuBackend::activation_backward(Activation a, const Tensor& x, const Tensor& dy, const Tensor& dx) {
   require_shape(dy, x.rows, x.cols, "activation_backward dy");
   require_shape(dx, x.rows, x.cols, "activation_backward dx");
-  for (long i = 0; i < x.size(); ++i) {
-    const float v = values(x)[i], d = values(dy)[i];
-    values(dx)[i] = round_to(a == Activation::relu ? element::relu_grad(v, d) : element::gelu_tanh_grad(v, d), dx.dtype);
-  }
+  const float *xv = values(x), *dyv = values(dy);
+  float* dxv = values(dx);
+  const long n = x.size();
+  dispatch(dx.dtype, [&](auto dt) {
+    constexpr DType D = decltype(dt)::value;
+    if (a == Activation::relu) {
+      for (long i = 0; i < n; ++i) dxv[i] = store<D>(element::relu_grad(xv[i], dyv[i]));
+    } else {
+      for (long i = 0; i < n; ++i) dxv[i] = store<D>(element::gelu_tanh_grad(xv[i], dyv[i]));
+    }
+  });
 }
 
 void CpuBackend::norm_forward(const NormConfig& c, const Tensor& x, const Tensor& gamma, const Tensor& beta,
@@ -271,8 +386,14 @@ void CpuBackend::zero(std::span<const Tensor> ts) {
 }
 
 void CpuBackend::scale(std::span<const Tensor> ts, float s) {
-  for (const Tensor& t : ts)
-    for (long i = 0; i < t.size(); ++i) values(t)[i] = round_to(values(t)[i] * s, t.dtype);
+  for (const Tensor& t : ts) {
+    float* v = values(t);
+    const long n = t.size();
+    dispatch(t.dtype, [&](auto dt) {
+      constexpr DType D = decltype(dt)::value;
+      for (long i = 0; i < n; ++i) v[i] = store<D>(v[i] * s);
+    });
+  }
 }
 
 void CpuBackend::accumulate(std::span<const Tensor> dst, std::span<const Tensor> src,
@@ -281,26 +402,49 @@ void CpuBackend::accumulate(std::span<const Tensor> dst, std::span<const Tensor>
   for (std::size_t t = 0; t < dst.size(); ++t) {
     float* d = values(dst[t]);
     const float* s = values(src[t]);
-    if (compensation.empty()) {
-      for (long i = 0; i < dst[t].size(); ++i) d[i] = round_to(d[i] + s[i], dst[t].dtype);
-    } else {
-      float* c = values(compensation[t]);
-      for (long i = 0; i < dst[t].size(); ++i) element::kahan_add(d[i], c[i], s[i], dst[t].dtype);
-    }
+    float* c = compensation.empty() ? nullptr : values(compensation[t]);
+    const long n = dst[t].size();
+    dispatch(dst[t].dtype, [&](auto dt) {
+      constexpr DType D = decltype(dt)::value;
+      if (c == nullptr) {
+        for (long i = 0; i < n; ++i) d[i] = store<D>(d[i] + s[i]);
+      } else {
+        for (long i = 0; i < n; ++i) element::kahan_add(d[i], c[i], s[i], D);
+      }
+    });
   }
 }
 
+// Sum of squares in float32, in a fixed order that vectorizes: element i of
+// each tensor goes to partial sum i mod kNormLanes (the partial sums run on
+// over the list), and the partial sums are combined pairwise at the end.
+// The order depends on the tensors' sizes only.
 float CpuBackend::global_norm(std::span<const Tensor> ts) {
-  float sum = 0.0f;
-  for (const Tensor& t : ts)
-    for (long i = 0; i < t.size(); ++i) sum += values(t)[i] * values(t)[i];
-  return std::sqrt(sum);
+  constexpr long kNormLanes = 32;
+  float part[kNormLanes] = {};
+  for (const Tensor& t : ts) {
+    const float* v = values(t);
+    const long n = t.size();
+    long i = 0;
+    for (; i + kNormLanes <= n; i += kNormLanes)
+      for (long j = 0; j < kNormLanes; ++j) part[j] += v[i + j] * v[i + j];
+    for (long j = 0; i + j < n; ++j) part[j] += v[i + j] * v[i + j];
+  }
+  for (long width = kNormLanes / 2; width > 0; width /= 2)
+    for (long j = 0; j < width; ++j) part[j] += part[j + width];
+  return std::sqrt(part[0]);
 }
 
+// Inf or NaN: every exponent bit set. One pass per tensor without a branch
+// per element.
 bool CpuBackend::all_finite(std::span<const Tensor> ts) {
-  for (const Tensor& t : ts)
-    for (long i = 0; i < t.size(); ++i)
-      if (!std::isfinite(values(t)[i])) return false;
+  for (const Tensor& t : ts) {
+    const float* v = values(t);
+    const long n = t.size();
+    std::uint32_t non_finite = 0;
+    for (long i = 0; i < n; ++i) non_finite |= static_cast<std::uint32_t>((float_bits(v[i]) & 0x7f800000u) == 0x7f800000u);
+    if (non_finite != 0) return false;
+  }
   return true;
 }
 
@@ -310,18 +454,31 @@ void CpuBackend::optimizer_step(const OptimizerStep& s, std::span<const Tensor> 
   for (std::size_t t = 0; t < params.size(); ++t) {
     float* p = values(params[t]);
     const float* g = values(grads[t]);
-    float* a = use.first ? values(first_moment[t]) : nullptr;
-    float* b = use.second ? values(second_moment[t]) : nullptr;
-    float unused = 0.0f;
-    for (long i = 0; i < params[t].size(); ++i) {
-      if (s.kind == OptimizerKind::sgd) {
-        element::sgd_update(p[i], g[i], a ? a[i] : unused, s.lr, s.momentum, s.one_minus_dampening, s.nesterov,
-                            s.first_step, s.weight_decay);
+    const long n = params[t].size();
+    if (s.kind == OptimizerKind::sgd) {
+      if (use.first) {
+        float* buf = values(first_moment[t]);
+        for (long i = 0; i < n; ++i)
+          element::sgd_update(p[i], g[i], buf[i], s.lr, s.momentum, s.one_minus_dampening, s.nesterov, s.first_step,
+                              s.weight_decay);
       } else {
-        element::adam_update(p[i], g[i], a[i], b[i], s.kind == OptimizerKind::adamw, s.weight_decay, s.decay, s.beta1,
-                             s.one_minus_beta1, s.beta2, s.one_minus_beta2, s.eps, s.step_size,
-                             s.inv_sqrt_bias_correction2);
+        for (long i = 0; i < n; ++i) {
+          float unused = 0.0f;  // momentum 0: the buffer is neither read nor written
+          element::sgd_update(p[i], g[i], unused, s.lr, s.momentum, s.one_minus_dampening, s.nesterov, s.first_step,
+                              s.weight_decay);
+        }
       }
+    } else {
+      float* m = values(first_moment[t]);
+      float* v = values(second_moment[t]);
+      const auto step = [&](auto adamw) {
+        for (long i = 0; i < n; ++i)
+          element::adam_update(p[i], g[i], m[i], v[i], decltype(adamw)::value, s.weight_decay, s.decay, s.beta1,
+                               s.one_minus_beta1, s.beta2, s.one_minus_beta2, s.eps, s.step_size,
+                               s.inv_sqrt_bias_correction2);
+      };
+      if (s.kind == OptimizerKind::adamw) step(std::true_type{});
+      else step(std::false_type{});
     }
   }
 }

@@ -1,11 +1,14 @@
 // cpu_backend.h — the host backend: every op of the Backend interface in
 // float32 arithmetic, storing bfloat16 / float16 tensors as float32 values
 // rounded to that dtype (bit-identical to storing the narrow type).
-// Deterministic by construction: every reduction has one fixed order.
+// Deterministic by construction: every reduction has one fixed order, set
+// by the shapes (for the GEMMs, Eigen's blocked kernels: by the shapes, the
+// build's instruction set and the cache sizes Eigen's blocking reads).
 #pragma once
 
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "kernels/backend.h"
 
@@ -59,6 +62,7 @@ class CpuBackend : public Backend {
   std::map<const void*, std::pair<std::unique_ptr<float[]>, std::size_t>> allocations_;
   std::size_t live_bytes_ = 0;
   std::size_t peak_bytes_ = 0;
+  std::vector<float> scratch_;  // the weight gradient's float32 product, reused
 };
 
 }  // namespace gradeq
