@@ -8,8 +8,7 @@
 //   * arithmetic: Eigen's float32 GEMM of the same shape (the faster of two
 //     layouts), keyed to it by the label "rows x in x out"
 //     (flops_per_s@256x256x256, ...).
-// BM_CeilingGemmFloat64 (counter f64_flops_per_s, same shapes and labels)
-// is the ceiling for float64 GEMMs such as the reference's.
+// (The reference's float64 GEMMs have theirs in bench_reference.cpp.)
 #define EIGEN_DONT_PARALLELIZE
 #include <cmath>
 #include <cstdlib>
@@ -120,7 +119,6 @@ void eigen_gemm_ceiling(benchmark::State& state, const char* counter) {
 }
 
 void BM_CeilingGemmFloat32(benchmark::State& state) { eigen_gemm_ceiling<float>(state, "flops_per_s"); }
-void BM_CeilingGemmFloat64(benchmark::State& state) { eigen_gemm_ceiling<double>(state, "f64_flops_per_s"); }
 
 // Times an op of the op table on the host backend, after validating it.
 void host_op(benchmark::State& state, const std::string& name, const OpSize& size) {
@@ -165,7 +163,6 @@ void gemm_ceiling_shapes(benchmark::internal::Benchmark* b) {
 // machine varies from second to second).
 BENCHMARK(BM_CeilingStreamTriad)->Arg(kStreamElements)->Repetitions(3);
 BENCHMARK(BM_CeilingGemmFloat32)->Apply(gemm_ceiling_shapes);
-BENCHMARK(BM_CeilingGemmFloat64)->Apply(gemm_ceiling_shapes);
 BENCHMARK(BM_WeightGradientGemm)->Apply(gemm_shapes);
 BENCHMARK(BM_Accumulate)->ArgNames({"elements", "kahan"})->Args({kStreamElements, 0})->Args({kStreamElements, 1});
 

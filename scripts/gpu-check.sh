@@ -19,7 +19,9 @@
 # failed, 3 no CUDA device or no nvcc (nothing was checked), 2 bad arguments.
 # Usage: scripts/gpu-check.sh [--no-build]
 #   --no-build  check the build already in build/ (configured with CUDA),
-#               e.g. on a machine without the Debian packages or apt.
+#               e.g. on a machine without the Debian packages or apt; one
+#               built on another machine needs -DGRADEQ_ARCH=portable (the
+#               scripts build native, for the machine they run on).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=1
