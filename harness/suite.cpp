@@ -1,6 +1,8 @@
 // suite.cpp — the default scenarios, read from the embedded TOML.
 #include "harness/suite.h"
 
+#include <stdexcept>
+
 #include "harness/config.h"
 
 namespace gradeq {
@@ -8,6 +10,17 @@ namespace gradeq {
 const std::vector<ScenarioSpec>& default_scenarios() {
   static const std::vector<ScenarioSpec> suite = parse_scenarios(default_suite_toml(), "default_suite.toml");
   return suite;
+}
+
+const std::vector<ScenarioSpec>& scale_scenarios() {
+  static const std::vector<ScenarioSpec> suite = parse_scenarios(scale_suite_toml(), "scale_suite.toml");
+  return suite;
+}
+
+const std::vector<ScenarioSpec>& named_suite(const std::string& name) {
+  if (name == "default") return default_scenarios();
+  if (name == "scale") return scale_scenarios();
+  throw std::invalid_argument("unknown suite '" + name + "' (default or scale)");
 }
 
 const ScenarioSpec* find_scenario(const std::vector<ScenarioSpec>& suite, const std::string& name) {

@@ -16,6 +16,11 @@ namespace gradeq {
 const char* default_suite_toml();
 // The default suite, parsed and validated once.
 const std::vector<ScenarioSpec>& default_scenarios();
+// The scale suite (harness/scale_suite.toml): tile and reduction boundaries.
+const char* scale_suite_toml();
+const std::vector<ScenarioSpec>& scale_scenarios();
+// "default" or "scale"; throws std::invalid_argument for another name.
+const std::vector<ScenarioSpec>& named_suite(const std::string& name);
 // nullptr if no scenario has that name.
 const ScenarioSpec* find_scenario(const std::vector<ScenarioSpec>& suite, const std::string& name);
 

@@ -34,6 +34,8 @@ expect 2 "out" -- report
 expect 2 "error-model" -- check --error-model guess
 expect 2 "size" -- check --size huge
 expect 2 "size" -- selftest --size medium
+expect 2 "suite" -- check --suite huge
+expect 2 "excludes|suite" -- check --suite scale --config "$0"
 expect 2 "requires --campaign" -- selftest --campaign-mutant-cases 5
 expect 2 "requires --campaign" -- selftest --threads 2
 expect 2 "campaign" -- selftest --campaign 0

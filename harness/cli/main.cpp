@@ -29,6 +29,7 @@
 #include "harness/config.h"
 #include "harness/gate/gate.h"
 #include "harness/gate/selftest.h"
+#include "harness/suite.h"
 #include "reports/report.h"
 
 namespace {
@@ -43,7 +44,8 @@ struct CheckArgs {
   int cases = 100;
   std::vector<std::string> scenarios, properties;
   std::string error_model = "probabilistic";
-  std::string size = "small";
+  std::string size;  // empty: the suite's (small for default, large for scale)
+  std::string suite = "default";
   std::string report_dir, junit_file, dump_dir, config_file;
 };
 
@@ -52,7 +54,7 @@ SizeTier size_tier_of(const std::string& name) { return name == "large" ? SizeTi
 // The properties' shapes: small (the gate) or large (real layers' tile
 // boundaries); one option for check, report and selftest.
 void add_size_option(CLI::App& cmd, std::string& size) {
-  cmd.add_option("--size", size, "Shapes the properties generate: small (default) or large (widths 63-257)")
+  cmd.add_option("--size", size, "Shapes the properties generate: small or large (widths 63-257); default: the suite's")
       ->check(CLI::IsMember({"small", "large"}));
 }
 
@@ -60,8 +62,11 @@ void add_check_options(CLI::App& cmd, CheckArgs& a) {
   cmd.add_option("--backend", a.backend, "Backend under test")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd.add_option("--seed", a.seed, "Run seed (any 64-bit value): the same seed reproduces the same run");
   cmd.add_option("--cases", a.cases, "Successful cases per property")->check(CLI::Range(1, 1000000));
-  cmd.add_option("--config", a.config_file, "Scenarios from this TOML file instead of the embedded suite")
+  CLI::Option* config = cmd.add_option("--config", a.config_file, "Scenarios from this TOML file instead of the embedded suite")
       ->check(CLI::ExistingFile);
+  cmd.add_option("--suite", a.suite, "Embedded suite: default, or scale (tile and reduction boundaries)")
+      ->check(CLI::IsMember({"default", "scale"}))
+      ->excludes(config);
   cmd.add_option("--scenario", a.scenarios, "Run only this named scenario (repeatable)");
   cmd.add_option("--property", a.properties, "Run only this property (repeatable)");
   cmd.add_option("--error-model", a.error_model, "Error model: probabilistic (default) or deterministic")
@@ -116,6 +121,7 @@ int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir) 
   if (!a.dump_dir.empty()) require_writable_directory(a.dump_dir);
   GateOptions options;
   if (!a.config_file.empty()) options.suite = load_scenarios(a.config_file);
+  if (a.suite != "default") options.suite = named_suite(a.suite);
   std::unique_ptr<Backend> backend = make_backend(a.backend);
   options.seed = seed;
   options.cases = a.cases;
@@ -123,17 +129,18 @@ int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir) 
   options.properties = a.properties;
   // Naming only scenarios (or only properties) runs only those; a config
   // file always runs its scenarios.
-  options.run_scenarios = !(a.scenarios.empty() && !a.properties.empty()) || !a.config_file.empty();
+  options.run_scenarios = !(a.scenarios.empty() && !a.properties.empty()) || !options.suite.empty();
   options.run_properties = !(a.properties.empty() && !a.scenarios.empty());
   options.model.reduction =
       a.error_model == "probabilistic" ? ref::ReductionBound::probabilistic : ref::ReductionBound::deterministic;
   // A written report carries the studies too.
   options.run_norm_sweep = options.run_precision_sweep = report_dir.has_value();
   options.norm_sweep.seed = options.precision_sweep.seed = options.seed;
-  options.size = size_tier_of(a.size);
+  options.size = size_tier_of(a.size.empty() ? (a.suite == "scale" ? "large" : "small") : a.size);
 
-  std::cout << fmt::format("gradeq check: backend {}, seed {}, {} cases per property, {} shapes, {} error model\n",
-                           backend->name(), options.seed, a.cases, a.size, a.error_model);
+  std::cout << fmt::format("gradeq check: backend {}, {} suite, seed {}, {} cases per property, {} shapes, {} error model\n",
+                           backend->name(), a.config_file.empty() ? a.suite : a.config_file, options.seed, a.cases,
+                           size_tier_name(options.size), a.error_model);
   const ProgressSink progress = make_progress();
   const CheckReport report = run_gate(options, *backend, correct_loop(), progress);
   end_progress();
