@@ -11,6 +11,8 @@
 #   selftest   gradeq selftest --backend cuda: every mutant, B19 (the real
 #              racy kernel) included, must be caught
 #   report     gradeq report --backend cuda (the gate and its report)
+#   scale      gradeq check --backend cuda --suite scale: GEMM tile and
+#              reduction boundaries, the properties on large shapes
 #   bench      the CUDA benchmarks, as fractions of ceilings measured in
 #              the same run
 # Each step has its own time limit, and the whole run at most
@@ -122,6 +124,7 @@ device=$(build/gradeq list backends | sed -nE 's/^  cuda +available +//p')
 step tests 240 cuda_tests
 step report 120 build/gradeq report --backend cuda --out "$out/report"
 step selftest 240 selftest
+step scale 150 build/gradeq check --backend cuda --suite scale --cases 10
 step memcheck 240 memcheck
 step racecheck 180 sanitize racecheck build/tests/test_backend_ops --gtest_filter='*cuda'
 step bench 180 build/gradeq_bench_cuda --benchmark_min_time=0.2 --benchmark_out="$out/bench.json" \
