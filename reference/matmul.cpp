@@ -265,7 +265,12 @@ std::unordered_set<std::uint64_t> common_sources(const Matrix<Bounded>& a, const
   return common;
 }
 
+thread_local bool by_rule = false;
+
 }  // namespace
+
+ScopedMatmulByRule::ScopedMatmulByRule() : previous_(by_rule) { by_rule = true; }
+ScopedMatmulByRule::~ScopedMatmulByRule() { by_rule = previous_; }
 
 Matrix<double> matmul(const Matrix<double>& a, const Matrix<double>& b) {
   Dense out = Dense::Zero(a.rows(), b.cols());
@@ -284,7 +289,7 @@ Matrix<Bounded> matmul_by_rule(const Matrix<Bounded>& a, const Matrix<Bounded>& 
 }
 
 Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
-  if (!all_finite(a) || !all_finite(b)) return matmul_by_rule(a, b);
+  if (by_rule || !all_finite(a) || !all_finite(b)) return matmul_by_rule(a, b);
   const long m = a.rows(), n = a.cols(), p = b.cols();
   const Parts pa(a), pb(b);
   // The values and the sums of the rule, one GEMM each.

@@ -22,6 +22,20 @@ Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b);
 // specification the matrix form is tested against.
 Matrix<Bounded> matmul_by_rule(const Matrix<Bounded>& a, const Matrix<Bounded>& b);
 
+// Within this scope, on this thread, matmul takes the scalar rule element
+// by element: whole runs of the reference can then be held to their
+// specification.
+class ScopedMatmulByRule {
+ public:
+  ScopedMatmulByRule();
+  ~ScopedMatmulByRule();
+  ScopedMatmulByRule(const ScopedMatmulByRule&) = delete;
+  ScopedMatmulByRule& operator=(const ScopedMatmulByRule&) = delete;
+
+ private:
+  bool previous_;
+};
+
 template <class T>
 Matrix<T> transposed(const Matrix<T>& m) {
   return m.transpose();
