@@ -191,13 +191,13 @@ TEST(Matmul, ResultsDoNotDependOnTheThreadCount) {
   }
 }
 
-// Every default scenario's reference run has the same values (within both
-// references' own error) with the matrix form as with the scalar rule
-// element by element. Their bounds agree to 1e-14 product by product
-// (MatrixFormIsTheScalarRule), but not over whole runs with shared terms:
-// some rule downstream is discontinuous in its inputs' float64 rounding
-// (docs/NUMERICS.md §3, "Dot products"); the differences are printed.
-TEST(Matmul, DefaultScenariosAgreeWithTheScalarRuleInValue) {
+// Every default scenario's reference run (values and kernel bounds of every
+// gradient, parameter, optimizer state and statistic, every window) is the
+// same with the matrix form as with the scalar rule element by element.
+// The float64 reference's own bound is not held to 1e-9: it depends on
+// whether float64 operations were exact, which the last bit of a value
+// (summed in another order) can change; it is printed.
+TEST(Matmul, DefaultScenariosAgreeWithTheScalarRule) {
   long tensors = 0;
   for (const ScenarioSpec& spec : default_scenarios()) {
     const Scenario s = materialize(spec);
@@ -208,8 +208,8 @@ TEST(Matmul, DefaultScenariosAgreeWithTheScalarRuleInValue) {
       rule = run_reference(s, s.spec.split, ErrorModel{});
     }
     ASSERT_EQ(fast.windows.size(), rule.windows.size()) << spec.name;
-    long elements = 0, differing = 0;
-    double worst = 0.0;
+    long elements = 0;
+    double worst = 0.0, worst_reference = 0.0;
     for (std::size_t w = 0; w < fast.windows.size(); ++w) {
       ASSERT_EQ(fast.windows[w].tensors.size(), rule.windows[w].tensors.size()) << spec.name;
       for (std::size_t t = 0; t < fast.windows[w].tensors.size(); ++t) {
@@ -219,15 +219,16 @@ TEST(Matmul, DefaultScenariosAgreeWithTheScalarRuleInValue) {
           const std::string where = spec.name + " window " + std::to_string(w) + " " + f.name + "[" + std::to_string(i) + "]";
           ASSERT_LE(std::abs(f.value[i] - r.value[i]), f.reference_bound[i] + r.reference_bound[i]) << where;
           const double d = relative_difference(f.kernel_bound[i], r.kernel_bound[i]);
+          ASSERT_LE(d, 1e-9) << where;
           ++elements;
-          differing += d > 1e-9;
           worst = std::max(worst, d);
+          worst_reference = std::max(worst_reference, relative_difference(f.reference_bound[i], r.reference_bound[i]));
         }
         ++tensors;
       }
     }
-    std::printf("  %-28s %6ld elements, kernel bounds differing by > 1e-9: %6ld, most %.3g\n", spec.name.c_str(),
-                elements, differing, worst);
+    std::printf("  %-28s %6ld elements, kernel bounds differ by at most %.3g, reference bounds %.3g\n",
+                spec.name.c_str(), elements, worst, worst_reference);
   }
   EXPECT_GT(tensors, 100);
 }
