@@ -15,6 +15,15 @@ namespace gradeq {
 
 std::string property_test_id(const Property& p) { return "Properties/" + p.name; }
 
+std::vector<std::string> replayed_properties() {
+  std::vector<std::string> out;
+  if (std::getenv("RC_PARAMS") == nullptr) return out;
+  const std::string prefix = "Properties/";
+  for (const auto& [id, reproduce] : rc::detail::configuration().reproduce)
+    out.push_back(id.starts_with(prefix) ? id.substr(prefix.size()) : id);
+  return out;
+}
+
 double PropertyRun::discard_rate() const {
   const double discarded = static_cast<double>(discarded_vacuous + discarded_ill_conditioned);
   const double generated = static_cast<double>(cases) + discarded;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "properties/properties.h"
 
@@ -27,6 +28,9 @@ struct PropertyRunConfig {
 
 struct PropertyRun {
   std::string name;
+  // False for a property the run left out (RC_PARAMS replays others only):
+  // it neither passed nor failed, and reports say "not run" with `message`.
+  bool ran = true;
   bool passed = false;
   int cases = 0;                 // successful cases run
   std::string counterexample;    // shrunk, as shown by showValue
@@ -43,6 +47,11 @@ struct PropertyRun {
 };
 
 std::string property_test_id(const Property& p);
+
+// The properties whose failures RC_PARAMS="reproduce=..." replays (empty
+// when it replays none). RapidCheck runs only those: any other property
+// would "pass" with 0 cases, so the gate reports them as not run.
+std::vector<std::string> replayed_properties();
 
 // RC_PARAMS (seed, max_success, reproduce) applies unless the config sets
 // seed / cases explicitly (non-zero seed, cases > 0).

@@ -24,6 +24,10 @@ std::string check_summary(const CheckReport& r) {
     if (!s.passed()) out << "        " << s.first_failure() << "\n";
   }
   for (const PropertyRun& p : r.properties) {
+    if (!p.ran) {
+      out << fmt::format("  {:4}  property {:30} {}\n", "-", p.name, p.message);
+      continue;
+    }
     out << fmt::format("  {:4}  property {:30} {} cases, worst err/bound {:.2e}, discarded {} vacuous + {} "
                        "ill-conditioned  ({:.2f} s)\n",
                        p.passed ? "pass" : "FAIL", p.name, p.cases, p.worst_ratio, p.discarded_vacuous,
@@ -31,11 +35,12 @@ std::string check_summary(const CheckReport& r) {
     if (!p.passed) {
       out << "        " << p.message << "\n";
       if (!p.counterexample.empty()) out << "        counterexample: " << p.counterexample << "\n";
-      if (!p.reproduce.empty()) out << "        reproduce: RC_PARAMS=\"" << p.reproduce << "\"\n";
+      if (!p.reproduce.empty()) out << "        replay: " << replay_command(r, p) << "\n";
     }
   }
-  out << fmt::format("result: {} ({} checks, {} failing) in {:.1f} s\n", r.passed() ? "PASS" : "FAIL",
-                     r.scenarios.size() + r.properties.size(), r.failures(), r.seconds);
+  out << fmt::format("result: {} ({} checks, {} failing{}) in {:.1f} s\n", r.passed() ? "PASS" : "FAIL",
+                     r.scenarios.size() + r.properties.size() - r.not_run(), r.failures(),
+                     r.not_run() ? fmt::format(", {} not run", r.not_run()) : "", r.seconds);
   return out.str();
 }
 

@@ -7,7 +7,7 @@
 namespace gradeq {
 namespace {
 
-constexpr int kReportSchemaVersion = 1;
+constexpr int kReportSchemaVersion = 2;  // 2: properties carry "ran" and "replay"; "not_run" counts
 
 nlohmann::json check_json(const TensorCheck& c) {
   return {{"tensor", c.name},
@@ -71,7 +71,8 @@ nlohmann::json report_json(const CheckReport& r) {
   nlohmann::json properties = nlohmann::json::array();
   for (const PropertyRun& p : r.properties)
     properties.push_back({{"name", p.name},
-                          {"passed", p.passed},
+                          {"ran", p.ran},
+                          {"passed", p.ran && p.passed},
                           {"cases", p.cases},
                           {"worst_ratio", json_number(p.worst_ratio)},
                           {"worst_case", p.worst_case},
@@ -81,6 +82,7 @@ nlohmann::json report_json(const CheckReport& r) {
                           {"counterexample", p.counterexample},
                           {"message", p.message},
                           {"reproduce", p.reproduce},
+                          {"replay", replay_command(r, p)},
                           {"seconds", p.seconds}});
   // Bumped whenever a field changes meaning or goes away.
   nlohmann::json out = {{"tool", "gradeq"},
@@ -95,6 +97,7 @@ nlohmann::json report_json(const CheckReport& r) {
           {"formulation_factor", kFormulationFactor},
           {"passed", r.passed()},
           {"failures", r.failures()},
+          {"not_run", r.not_run()},
           {"seconds", r.seconds},
           {"scenarios", scenarios},
           {"properties", properties}};

@@ -25,7 +25,7 @@ std::string xml_escape(const std::string& s) {
 // A failing case is a <failure>; one the error model could not decide
 // (inconclusive, or a property that could not decide enough of its cases)
 // is an <error>: nothing was shown wrong, nothing was shown right.
-enum class Outcome { pass, failure, error };
+enum class Outcome { pass, failure, error, skipped };
 
 void test_case(std::ostringstream& x, const std::string& classname, const std::string& name, double seconds,
                Outcome outcome, const std::string& message) {
@@ -33,6 +33,10 @@ void test_case(std::ostringstream& x, const std::string& classname, const std::s
     << fmt::format("{:.3f}", seconds) << "\"";
   if (outcome == Outcome::pass) {
     x << "/>\n";
+    return;
+  }
+  if (outcome == Outcome::skipped) {
+    x << ">\n    <skipped message=\"" << xml_escape(message) << "\"/>\n  </testcase>\n";
     return;
   }
   const char* tag = outcome == Outcome::failure ? "failure" : "error";
@@ -48,6 +52,7 @@ Outcome outcome_of(const ScenarioResult& s) {
 }
 
 Outcome outcome_of(const PropertyRun& p) {
+  if (!p.ran) return Outcome::skipped;
   if (p.passed) return Outcome::pass;
   return p.counterexample_spec ? Outcome::failure : Outcome::error;
 }
@@ -58,29 +63,40 @@ std::string report_junit(const CheckReport& r) {
   // The suite is named after the backend, so cpu and cuda runs of one
   // pipeline do not collide.
   const std::string suite = "gradeq." + r.backend;
-  long failures = 0, errors = 0;
-  for (const ScenarioResult& s : r.scenarios) {
-    failures += outcome_of(s) == Outcome::failure;
-    errors += outcome_of(s) == Outcome::error;
-  }
-  for (const PropertyRun& p : r.properties) {
-    failures += outcome_of(p) == Outcome::failure;
-    errors += outcome_of(p) == Outcome::error;
-  }
+  long failures = 0, errors = 0, skipped = 0;
+  const auto count = [&](Outcome o) {
+    failures += o == Outcome::failure;
+    errors += o == Outcome::error;
+    skipped += o == Outcome::skipped;
+  };
+  for (const ScenarioResult& s : r.scenarios) count(outcome_of(s));
+  for (const PropertyRun& p : r.properties) count(outcome_of(p));
+  const std::size_t tests = r.scenarios.size() + r.properties.size();
+  const std::string totals = fmt::format("tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" time=\"{:.3f}\"", tests,
+                                         failures, errors, skipped, r.seconds);
   std::ostringstream x;
   x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  x << "<testsuite name=\"" << suite << "\" tests=\"" << r.scenarios.size() + r.properties.size() << "\" failures=\""
-    << failures << "\" errors=\"" << errors << "\" skipped=\"0\" time=\"" << fmt::format("{:.3f}", r.seconds)
-    << "\" timestamp=\"" << r.started_at << "\">\n";
+  x << "<testsuites name=\"gradeq\" " << totals << ">\n";
+  x << "<testsuite name=\"" << xml_escape(suite) << "\" " << totals << " timestamp=\"" << r.started_at << "\">\n";
+  // What reproduces the run.
+  x << "  <properties>\n";
+  for (const auto& [name, value] : {std::pair<std::string, std::string>{"backend", r.backend},
+                                    {"seed", std::to_string(r.seed)},
+                                    {"cases_per_property", std::to_string(r.cases)},
+                                    {"size", size_tier_name(r.size)},
+                                    {"error_model", error_model_name(r.model)},
+                                    {"version", r.version}})
+    x << "    <property name=\"" << name << "\" value=\"" << xml_escape(value) << "\"/>\n";
+  x << "  </properties>\n";
   for (const ScenarioResult& s : r.scenarios)
     test_case(x, suite + ".scenario", s.spec.name, s.seconds, outcome_of(s), s.first_failure());
   for (const PropertyRun& p : r.properties) {
     std::string message = p.message;
     if (!p.counterexample.empty()) message += " | counterexample: " + p.counterexample;
-    if (!p.reproduce.empty()) message += " | RC_PARAMS=\"" + p.reproduce + "\"";
+    if (!p.reproduce.empty()) message += " | replay: " + replay_command(r, p);
     test_case(x, suite + ".property", p.name, p.seconds, outcome_of(p), message);
   }
-  x << "</testsuite>\n";
+  x << "</testsuite>\n</testsuites>\n";
   return x.str();
 }
 

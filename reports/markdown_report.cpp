@@ -118,14 +118,17 @@ std::string report_markdown(const CheckReport& r) {
     for (const PropertyRun& p : r.properties)
       md << "| " << p.name << " | " << p.cases << " | " << sci(p.worst_ratio) << " | " << p.discarded_vacuous << " | "
          << p.discarded_ill_conditioned << " | " << fmt::format("{:.2f} %", 100.0 * p.discard_rate()) << " | "
-         << mark(p.passed) << " |\n";
+         << (p.ran ? mark(p.passed) : "not run") << " |\n";
     md << "\n";
     for (const PropertyRun& p : r.properties) {
-      if (p.passed) continue;
+      if (!p.ran) md << "- " << p.name << ": " << p.message << "\n";
+    }
+    for (const PropertyRun& p : r.properties) {
+      if (!p.ran || p.passed) continue;
       md << "### " << p.name << " — counterexample\n\n";
       md << "- shrunk case: `" << p.counterexample << "`\n";
       md << "- " << p.message << "\n";
-      if (!p.reproduce.empty()) md << "- reproduce: `RC_PARAMS=\"" << p.reproduce << "\"`\n";
+      if (!p.reproduce.empty()) md << "- replay: `" << replay_command(r, p) << "`\n";
       md << "\n";
     }
   }

@@ -249,7 +249,8 @@ TEST(Reports, JsonAndJunitSayWhatHappened) {
   ASSERT_EQ(report.scenarios.size(), 2u);
   ASSERT_TRUE(report.passed());
   const nlohmann::json j = report_json(report);
-  EXPECT_EQ(j.at("schema_version"), 1);
+  EXPECT_EQ(j.at("schema_version"), 2);
+  EXPECT_EQ(j.at("not_run"), 0);
   long checks = 0;
   for (const auto& s : j.at("scenarios"))
     for (const auto& v : s.at("verdicts"))
@@ -261,6 +262,26 @@ TEST(Reports, JsonAndJunitSayWhatHappened) {
   std::string junit = report_junit(report);
   EXPECT_NE(junit.find("<testsuite name=\"gradeq.cpu\""), std::string::npos) << junit;
   EXPECT_NE(junit.find("failures=\"0\" errors=\"0\" skipped=\"0\""), std::string::npos) << junit;
+  EXPECT_NE(junit.find("<property name=\"seed\" value=\"1\"/>"), std::string::npos) << junit;
+
+  // A property that did not run is <skipped>, counted, and neither passes nor fails.
+  PropertyRun left_out;
+  left_out.name = "Exactness";
+  left_out.ran = false;
+  left_out.message = "not run: RC_PARAMS replays only KernelCorrectness";
+  report.properties.push_back(left_out);
+  EXPECT_TRUE(report.passed());
+  EXPECT_EQ(report.not_run(), 1);
+  junit = report_junit(report);
+  EXPECT_NE(junit.find("failures=\"0\" errors=\"0\" skipped=\"1\""), std::string::npos) << junit;
+  EXPECT_NE(junit.find("<skipped message=\"not run: RC_PARAMS replays only KernelCorrectness\"/>"), std::string::npos)
+      << junit;
+  const nlohmann::json with_skip = report_json(report);
+  EXPECT_EQ(with_skip.at("not_run"), 1);
+  EXPECT_EQ(with_skip.at("properties").back().at("ran"), false);
+  EXPECT_EQ(with_skip.at("properties").back().at("passed"), false);
+  EXPECT_NE(check_summary(report).find("1 not run"), std::string::npos) << check_summary(report);
+  report.properties.pop_back();
 
   report.scenarios[0].kernel.status = Status::inconclusive;
   report.scenarios[0].kernel.note = "no finite bound";

@@ -1,6 +1,7 @@
 // gate.cpp — runs the suite and the properties; collects the report.
 #include "harness/gate/gate.h"
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <stdexcept>
@@ -22,6 +23,12 @@ const std::vector<ScenarioSpec>& suite_of(const GateOptions& options) {
   return options.suite.empty() ? default_scenarios() : options.suite;
 }
 
+std::string fmt_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
 }  // namespace
 
 bool CheckReport::passed() const { return failures() == 0; }
@@ -29,8 +36,23 @@ bool CheckReport::passed() const { return failures() == 0; }
 long CheckReport::failures() const {
   long n = 0;
   for (const ScenarioResult& s : scenarios) n += !s.passed();
-  for (const PropertyRun& p : properties) n += !p.passed;
+  for (const PropertyRun& p : properties) n += p.ran && !p.passed;
   return n;
+}
+
+long CheckReport::not_run() const {
+  long n = 0;
+  for (const PropertyRun& p : properties) n += !p.ran;
+  return n;
+}
+
+std::string replay_command(const CheckReport& report, const PropertyRun& run) {
+  if (run.reproduce.empty()) return "";
+  std::string command = "RC_PARAMS=\"" + run.reproduce + "\" " + report.program + " check --backend " + report.backend +
+                        " --property " + run.name;
+  if (report.size != SizeTier::small) command += std::string(" --size ") + size_tier_name(report.size);
+  if (report.model.reduction == ref::ReductionBound::deterministic) command += " --error-model deterministic";
+  return command;
 }
 
 CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFactory& loop,
@@ -44,6 +66,7 @@ CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFac
   report.cases = options.cases;
   report.model = options.model;
   report.size = options.size;
+  report.program = options.program;
   set_size_tier(options.size);
 
   std::vector<ScenarioSpec> scenarios;
@@ -72,6 +95,14 @@ CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFac
     }
   }
 
+  const std::vector<std::string> replayed = replayed_properties();
+  if (!replayed.empty() && scenarios.empty() &&
+      std::none_of(properties.begin(), properties.end(), [&](const Property* p) {
+        return std::find(replayed.begin(), replayed.end(), p->name) != replayed.end();
+      }))
+    throw std::invalid_argument("RC_PARAMS replays " + fmt_list(replayed) +
+                                ", and the run selects none of them: nothing would be checked");
+
   const std::size_t total = scenarios.size() + properties.size();
   std::size_t done = 0;
   auto announce = [&](const std::string& what) {
@@ -92,7 +123,16 @@ CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFac
     report.scenarios.push_back(check_scenario(s, backend, loop, options.model));
   }
   PropertyContext ctx{&backend, loop, options.model};
+  // RC_PARAMS="reproduce=..." replays the properties it names and no other.
   for (std::size_t i = 0; i < properties.size(); ++i) {
+    if (!replayed.empty() && std::find(replayed.begin(), replayed.end(), properties[i]->name) == replayed.end()) {
+      PropertyRun skipped;
+      skipped.name = properties[i]->name;
+      skipped.ran = false;
+      skipped.message = "not run: RC_PARAMS replays only " + fmt_list(replayed);
+      report.properties.push_back(skipped);
+      continue;
+    }
     announce("property " + properties[i]->name);
     PropertyRunConfig config;
     config.cases = options.cases;

@@ -35,6 +35,7 @@ struct GateOptions {
   PrecisionSweepOptions precision_sweep;
   ErrorModel model;
   SizeTier size = SizeTier::small;       // of the properties' generated shapes
+  std::string program = "gradeq";        // the command that replays a failure (a user's own binary)
 };
 
 struct CheckReport {
@@ -50,10 +51,18 @@ struct CheckReport {
   std::optional<NormSweep> norm_sweep;
   std::optional<PrecisionSweep> precision_sweep;
   double seconds = 0.0;
+  std::string program = "gradeq";
 
+  // Every check that ran passed (checks that did not run are neither).
   bool passed() const;
   long failures() const;
+  long not_run() const;
 };
+
+// The command line that replays a failing property on the same backend,
+// shapes and error model: RC_PARAMS="reproduce=..." <program> check
+// --backend B --property P [...]. Empty where there is nothing to replay.
+std::string replay_command(const CheckReport& report, const PropertyRun& run);
 
 // Throws std::invalid_argument for unknown scenario or property names.
 CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFactory& loop = correct_loop(),

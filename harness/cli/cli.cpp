@@ -1,0 +1,366 @@
+// cli.cpp — the `gradeq` command line: argument parsing and dispatch to
+// the gate layer (harness/gate) and the writers (reports/), nothing else.
+// run_cli() is the whole program; `gradeq` (main.cpp) and a user's own
+// binary (gradeq/gradeq.h) call it.
+//
+//   gradeq check   [options]            the gate: exit 0 pass, 1 failure
+//   gradeq report  --out DIR [options]  the gate, plus report.json/.md and junit.xml
+//   gradeq sweep   norms|precision [--seeds N] [--seed S] [--backend B] [--out DIR]   the studies
+//   gradeq selftest [--campaign N] [--out DIR]      every property vs every mutant
+//   gradeq list    [scenarios|properties|mutants|backends|all]
+//
+// Exit codes: 0 pass, 1 verification failure, 2 bad usage or input,
+// 3 environment (e.g. cuda asked for but unavailable).
+#include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "harness/cli/cli.h"
+#include "harness/backends.h"
+#include "harness/config.h"
+#include "harness/gate/gate.h"
+#include "harness/gate/selftest.h"
+#include "harness/suite.h"
+#include "reports/report.h"
+
+namespace gradeq {
+namespace {
+
+constexpr int kExitPass = 0, kExitFail = 1, kExitUsage = 2, kExitEnvironment = 3;
+
+struct CheckArgs {
+  std::string backend = "cpu";
+  std::string seed = "1";
+  int cases = 100;
+  std::vector<std::string> scenarios, properties;
+  std::string error_model = "probabilistic";
+  std::string size;  // empty: the suite's (small for default, large for scale)
+  std::string suite = "default";
+  std::string report_dir, junit_file, dump_dir, config_file;
+};
+
+SizeTier size_tier_of(const std::string& name) { return name == "large" ? SizeTier::large : SizeTier::small; }
+
+// The properties' shapes: small (the gate) or large (real layers' tile
+// boundaries); one option for check, report and selftest.
+void add_size_option(CLI::App& cmd, std::string& size) {
+  cmd.add_option("--size", size, "Shapes the properties generate: small or large (widths 63-257); default: the suite's")
+      ->check(CLI::IsMember({"small", "large"}));
+}
+
+// Every backend this program knows: built in, and registered by a user's
+// program before run_cli.
+CLI::Option* add_backend_option(CLI::App& cmd, std::string& backend, const std::string& what) {
+  std::string names;
+  for (const std::string& n : backend_names()) names += (names.empty() ? "" : ", ") + n;
+  return cmd.add_option("--backend", backend, what + " (" + names + ")")->check(CLI::IsMember(backend_names()));
+}
+
+void add_check_options(CLI::App& cmd, CheckArgs& a) {
+  add_backend_option(cmd, a.backend, "Backend under test");
+  cmd.add_option("--seed", a.seed, "Run seed (any 64-bit value): the same seed reproduces the same run");
+  cmd.add_option("--cases", a.cases, "Successful cases per property")->check(CLI::Range(1, 1000000));
+  CLI::Option* config = cmd.add_option("--config", a.config_file, "Scenarios from this TOML file instead of the embedded suite")
+      ->check(CLI::ExistingFile);
+  cmd.add_option("--suite", a.suite, "Embedded suite: default, or scale (tile and reduction boundaries)")
+      ->check(CLI::IsMember({"default", "scale"}))
+      ->excludes(config);
+  cmd.add_option("--scenario", a.scenarios, "Run only this named scenario (repeatable)");
+  cmd.add_option("--property", a.properties, "Run only this property (repeatable)");
+  cmd.add_option("--error-model", a.error_model, "Error model: probabilistic (default) or deterministic")
+      ->check(CLI::IsMember({"deterministic", "probabilistic"}));
+  cmd.add_option("--junit", a.junit_file, "Also write JUnit XML to this file");
+  cmd.add_option("--dump", a.dump_dir, "Write the tensors of the one --scenario as .npy files into this directory");
+  add_size_option(cmd, a.size);
+}
+
+// A run seed: any 64-bit unsigned value, written in decimal, nothing else
+// (no sign, no wrap-around, no saturation).
+std::uint64_t parse_seed(const std::string& text) {
+  std::uint64_t seed = 0;
+  const char* end = text.data() + text.size();
+  const auto [at, error] = std::from_chars(text.data(), end, seed);
+  if (text.empty() || error != std::errc() || at != end)
+    throw std::invalid_argument("--seed must be an integer from 0 to 18446744073709551615, got '" + text + "'");
+  return seed;
+}
+
+bool stderr_is_terminal() { return isatty(STDERR_FILENO) == 1; }
+
+// Progress on stderr: one line rewritten in place on a terminal; in a log,
+// the latest line at most every 30 seconds.
+ProgressSink make_progress() {
+  if (stderr_is_terminal()) return [](const std::string& line) { std::cerr << "\r\033[K" << line << std::flush; };
+  auto last = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
+  return [last](const std::string& line) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - *last < std::chrono::seconds(30)) return;
+    *last = now;
+    std::cerr << line << std::endl;
+  };
+}
+
+void end_progress() {
+  if (stderr_is_terminal()) std::cerr << "\r\033[K" << std::flush;
+}
+
+// The directory a file is written into ("." for a bare name).
+std::filesystem::path directory_of(const std::string& file) {
+  const std::filesystem::path parent = std::filesystem::path(file).parent_path();
+  return parent.empty() ? std::filesystem::path(".") : parent;
+}
+
+int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir, const std::string& program) {
+  const std::uint64_t seed = parse_seed(a.seed);
+  if (!a.dump_dir.empty() && a.scenarios.size() != 1)
+    throw std::invalid_argument("--dump needs exactly one --scenario (see `gradeq list scenarios`)");
+  if (report_dir) require_writable_directory(*report_dir);
+  if (!a.junit_file.empty()) require_writable_directory(directory_of(a.junit_file));
+  if (!a.dump_dir.empty()) require_writable_directory(a.dump_dir);
+  GateOptions options;
+  if (!a.config_file.empty()) options.suite = load_scenarios(a.config_file);
+  if (a.suite != "default") options.suite = named_suite(a.suite);
+  std::unique_ptr<Backend> backend = make_backend(a.backend);
+  options.seed = seed;
+  options.program = program;
+  options.cases = a.cases;
+  options.scenarios = a.scenarios;
+  options.properties = a.properties;
+  // Naming only scenarios (or only properties) runs only those; a config
+  // file always runs its scenarios.
+  options.run_scenarios = !(a.scenarios.empty() && !a.properties.empty()) || !options.suite.empty();
+  options.run_properties = !(a.properties.empty() && !a.scenarios.empty());
+  options.model.reduction =
+      a.error_model == "probabilistic" ? ref::ReductionBound::probabilistic : ref::ReductionBound::deterministic;
+  // A written report carries the studies too.
+  options.run_norm_sweep = options.run_precision_sweep = report_dir.has_value();
+  options.norm_sweep.seed = options.precision_sweep.seed = options.seed;
+  options.size = size_tier_of(a.size.empty() ? (a.suite == "scale" ? "large" : "small") : a.size);
+
+  std::cout << fmt::format("gradeq check: backend {}, {} suite, seed {}, {} cases per property, {} shapes, {} error model\n",
+                           backend->name(), a.config_file.empty() ? a.suite : a.config_file, options.seed, a.cases,
+                           size_tier_name(options.size), a.error_model);
+  const ProgressSink progress = make_progress();
+  const CheckReport report = run_gate(options, *backend, correct_loop(), progress);
+  end_progress();
+  std::cout << check_summary(report);
+
+  if (report_dir) {
+    write_reports(*report_dir, report);
+    std::cout << "wrote " << *report_dir << "/report.json, report.md, junit.xml\n";
+  }
+  if (!a.junit_file.empty()) {
+    write_text(a.junit_file, report_junit(report));
+    std::cout << "wrote " << a.junit_file << "\n";
+  }
+  if (!a.dump_dir.empty()) {
+    const int files = dump_scenario_run(options, *backend, a.scenarios.front(), a.dump_dir);
+    std::cout << "wrote " << files << " files into " << a.dump_dir << " (manifest.json names them)\n";
+  }
+  return report.passed() ? kExitPass : kExitFail;
+}
+
+struct SweepArgs {
+  std::string study;
+  std::string backend = "cpu";
+  int seeds = 5;
+  std::string seed = "1";
+  std::string out_dir;
+  bool backend_given = false;
+};
+
+int run_sweep(const SweepArgs& a) {
+  const std::uint64_t seed = parse_seed(a.seed);
+  if (a.study == "norms" && a.backend_given)
+    throw std::invalid_argument("--backend applies to `sweep precision`; the norms study runs the float64 reference only");
+  if (!a.out_dir.empty()) require_writable_directory(a.out_dir);
+  const ProgressSink progress = make_progress();
+  std::string md;
+  nlohmann::json json;
+  if (a.study == "norms") {
+    NormSweepOptions options;
+    options.seeds = a.seeds;
+    options.seed = seed;
+    const NormSweep sweep = run_norm_sweep(options, progress);
+    md = norm_sweep_markdown(sweep);
+    json = norm_sweep_json(sweep);
+  } else {
+    std::unique_ptr<Backend> backend = make_backend(a.backend);
+    PrecisionSweepOptions options;
+    options.seeds = a.seeds;
+    options.seed = seed;
+    const PrecisionSweep sweep = run_precision_sweep(options, *backend, progress);
+    md = precision_sweep_markdown(sweep);
+    json = precision_sweep_json(sweep);
+  }
+  end_progress();
+  std::cout << md;
+  if (!a.out_dir.empty()) {
+    const std::string stem = "sweep_" + a.study;
+    write_text(std::filesystem::path(a.out_dir) / (stem + ".json"), json.dump(2) + "\n");
+    write_text(std::filesystem::path(a.out_dir) / (stem + ".md"), md);
+    std::cout << "wrote " << a.out_dir << "/" << stem << ".json, " << stem << ".md\n";
+  }
+  return kExitPass;
+}
+
+struct SelfTestArgs {
+  std::string backend = "cpu";
+  std::string seed = "1";
+  int cases = 100;
+  long campaign = 0;
+  long campaign_mutant_cases = 2000;
+  int threads = 2;
+  std::string size = "small";
+  std::string out_dir;
+};
+
+int run_selftest_command(const SelfTestArgs& a) {
+  const std::uint64_t seed = parse_seed(a.seed);
+  if (!replayed_properties().empty())
+    throw std::invalid_argument("selftest runs every property against every mutant; RC_PARAMS replays a failure "
+                                "(reproduce=...): unset it, or replay with `check --property`");
+  if (!a.out_dir.empty()) require_writable_directory(a.out_dir);
+  std::unique_ptr<Backend> backend = make_backend(a.backend);
+  SelfTestOptions options;
+  options.seed = seed;
+  options.cases = a.cases;
+  options.campaign_cases = a.campaign;
+  options.campaign_mutant_cases = a.campaign_mutant_cases;
+  options.threads = a.threads;
+  options.size = size_tier_of(a.size);
+  const ProgressSink progress = make_progress();
+  const SelfTestReport report = run_selftest(options, *backend, progress);
+  end_progress();
+  std::cout << selftest_summary(report);
+  if (!a.out_dir.empty()) {
+    write_text(std::filesystem::path(a.out_dir) / "selftest.json", selftest_json(report).dump(2) + "\n");
+    write_text(std::filesystem::path(a.out_dir) / "selftest.md", selftest_markdown(report));
+    std::cout << "wrote " << a.out_dir << "/selftest.json, selftest.md\n";
+  }
+  return report.passed() ? kExitPass : kExitFail;
+}
+
+int run_list(const std::string& what) {
+  std::cout << catalogue_listing(what);
+  return kExitPass;
+}
+
+// The reference allocates and frees many large temporaries (a matrix of
+// bounded values per layer and micro-batch). glibc returns each to the
+// kernel and the next one faults its pages back in, which cost a third of
+// the gate's time; keeping freed memory in the process avoids it.
+void keep_freed_memory() {
+#if defined(__GLIBC__)
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_TOP_PAD, 1 << 28);
+#endif
+}
+
+}  // namespace
+
+int run_cli(int argc, char** argv) {
+  keep_freed_memory();
+  const std::string program = argc > 0 && argv[0] && *argv[0] ? argv[0] : "gradeq";
+  CLI::App app{"gradeq: do N loss-scaled micro-batches give the same gradients, step and weights as one batch?"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("gradeq ") + GRADEQ_VERSION);
+
+  CheckArgs check_args;
+  CLI::App* check = app.add_subcommand("check", "Run the gate (default suite and properties); exit 0 pass, 1 fail");
+  add_check_options(*check, check_args);
+  check->add_option("--report", check_args.report_dir, "Also write report.json, report.md and junit.xml here");
+
+  CheckArgs report_args;
+  std::string out_dir;
+  CLI::App* report = app.add_subcommand("report", "Run the gate and write report.json, report.md, junit.xml");
+  add_check_options(*report, report_args);
+  report->add_option("--out", out_dir, "Directory for the reports")->required();
+
+  SweepArgs sweep_args;
+  CLI::App* sweep = app.add_subcommand("sweep", "Studies: normalizer divergence by micro-batch size (norms), buffer error by N (precision)");
+  sweep->add_option("study", sweep_args.study, "norms or precision")->required()->check(CLI::IsMember({"norms", "precision"}));
+  CLI::Option* sweep_backend = add_backend_option(*sweep, sweep_args.backend, "Backend for the precision study");
+  sweep->add_option("--seeds", sweep_args.seeds, "Seeds per point (mean and spread)")->check(CLI::Range(1, 1000));
+  sweep->add_option("--seed", sweep_args.seed, "Run seed (any 64-bit value)");
+  sweep->add_option("--out", sweep_args.out_dir, "Also write sweep_<study>.json and sweep_<study>.md here");
+
+  SelfTestArgs selftest_args;
+  CLI::App* selftest = app.add_subcommand("selftest", "Show the harness can fail: every property against every mutant");
+  add_backend_option(*selftest, selftest_args.backend, "Backend the mutants wrap");
+  selftest->add_option("--seed", selftest_args.seed, "Run seed (any 64-bit value)");
+  selftest->add_option("--cases", selftest_args.cases, "Cases per property and mutant")->check(CLI::Range(1, 1000000));
+  CLI::Option* campaign =
+      selftest->add_option("--campaign", selftest_args.campaign, "Also run a calibration campaign of this many cases")
+          ->check(CLI::Range(1L, 100000000L));
+  selftest->add_option("--campaign-mutant-cases", selftest_args.campaign_mutant_cases,
+                       "Cases each mutant sees in the campaign")
+      ->check(CLI::Range(1L, 100000000L))
+      ->needs(campaign);
+  selftest->add_option("--threads", selftest_args.threads, "Worker threads for the campaign")
+      ->check(CLI::Range(1, 64))
+      ->needs(campaign);
+  selftest->add_option("--out", selftest_args.out_dir, "Write selftest.json and selftest.md here");
+  add_size_option(*selftest, selftest_args.size);
+
+  std::string list_what = "all";
+  CLI::App* list = app.add_subcommand("list", "List scenarios, properties, mutants and backends");
+  list->add_option("what", list_what, "scenarios, properties, mutants, backends or all")
+      ->check(CLI::IsMember({"scenarios", "properties", "mutants", "backends", "all"}));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return kExitPass;
+  } catch (const CLI::CallForAllHelp&) {
+    std::cout << app.help("", CLI::AppFormatMode::All);
+    return kExitPass;
+  } catch (const CLI::CallForVersion&) {
+    std::cout << "gradeq " << GRADEQ_VERSION << "\n";
+    return kExitPass;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "gradeq: " << e.what() << "\nRun `gradeq --help` for usage.\n";
+    return kExitUsage;
+  }
+
+  try {
+    if (*check) {
+      const std::optional<std::string> dir =
+          check_args.report_dir.empty() ? std::nullopt : std::optional<std::string>(check_args.report_dir);
+      return run_check(check_args, dir, program);
+    }
+    if (*report) return run_check(report_args, out_dir, program);
+    if (*list) return run_list(list_what);
+    if (*sweep) {
+      sweep_args.backend_given = sweep_backend->count() > 0;
+      return run_sweep(sweep_args);
+    }
+    if (*selftest) return run_selftest_command(selftest_args);
+  } catch (const EnvironmentError& e) {
+    std::cerr << "gradeq: " << e.what() << "\n";
+    return kExitEnvironment;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "gradeq: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << "gradeq: internal error: " << e.what() << "\n";
+    return kExitFail;
+  }
+  return kExitUsage;
+}
+
+}  // namespace gradeq

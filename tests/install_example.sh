@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The installed package, used as a user would: install gradeq into a fresh
+# prefix, copy examples/own_backend out of the source tree, build it with
+# find_package(gradeq) (and once with pkg-config), and require that the
+# buggy variant fails the gate (exit 1) and the correct one passes (exit 0).
+# Usage: install_example.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build=$(cd "$1" && pwd)
+source=$(cd "$2" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+echo "== install into $work/prefix"
+cmake --install "$build" --prefix "$work/prefix" >"$work/install.log" || { cat "$work/install.log"; fail "install"; }
+for f in include/gradeq/gradeq.h include/gradeq/testing.h lib/cmake/gradeq/gradeqConfig.cmake \
+         lib/cmake/gradeq/gradeqConfigVersion.cmake lib/pkgconfig/gradeq.pc bin/gradeq; do
+  [ -e "$work/prefix/$f" ] || fail "the install has no $f"
+done
+
+echo "== the example, outside the source tree"
+cp -r "$source/examples/own_backend" "$work/example"
+if grep -rn -- "$source" "$work/example"; then fail "the example names the gradeq source tree"; fi
+cmake -S "$work/example" -B "$work/example/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$work/prefix" \
+      -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >"$work/configure.log" || { cat "$work/configure.log"; fail "configure"; }
+cmake --build "$work/example/build" -j 2 >"$work/build.log" 2>&1 || { tail -50 "$work/build.log"; fail "build"; }
+# Nothing of the source tree reaches the example's build: headers, libraries
+# and the package come from the prefix.
+if grep -l -- "$source" "$work/example/build/compile_commands.json" "$work/example/build/CMakeCache.txt"; then
+  fail "the example's build refers to the gradeq source tree"
+fi
+
+echo "== the buggy variant fails the gate"
+set +e
+"$work/example/build/own_gate_buggy" check --backend own >"$work/buggy.log" 2>&1
+code=$?
+set -e
+tail -3 "$work/buggy.log"
+[ "$code" = 1 ] || { cat "$work/buggy.log"; fail "own_gate_buggy exited $code, expected 1"; }
+grep -q "grad/layer" "$work/buggy.log" || fail "the failure does not name the gradient that is wrong"
+
+echo "== the correct variant passes it"
+set +e
+"$work/example/build/own_gate" check --backend own >"$work/correct.log" 2>&1
+code=$?
+set -e
+tail -1 "$work/correct.log"
+[ "$code" = 0 ] || { cat "$work/correct.log"; fail "own_gate exited $code, expected 0"; }
+
+echo "== the GoogleTest helper lists one test per scenario and property"
+"$work/example/build/own_tests" --gtest_list_tests >"$work/list.log"
+scenarios=$("$build/gradeq" list scenarios | grep -c '^  ')
+properties=$("$build/gradeq" list properties | grep -c '^  ')
+listed=$(grep -c '^  ' "$work/list.log")
+[ "$listed" = $((scenarios + properties)) ] || { cat "$work/list.log"; fail "own_tests lists $listed tests, expected $scenarios + $properties"; }
+"$work/example/build/own_tests" --gtest_filter='Own/Property.Exactness:Own/Scenario.*relu*' >"$work/gtest.log" 2>&1 ||
+  { cat "$work/gtest.log"; fail "own_tests failed on the correct backend"; }
+grep -q "PASSED" "$work/gtest.log" || fail "own_tests ran nothing"
+
+echo "== pkg-config"
+flags=$(PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig" pkg-config --cflags --libs gradeq) || fail "pkg-config gradeq"
+# shellcheck disable=SC2086
+g++ -O1 -o "$work/own_gate_pc" "$work/example/own_gate.cpp" "$work/example/own_backend.cpp" $flags ||
+  fail "the example does not build with pkg-config's flags"
+"$work/own_gate_pc" list backends | grep -q "^  own " || fail "the pkg-config build does not know the own backend"
+echo "install example: ok"
