@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(g++ cmake make pkg-config libeigen3-dev librapidcheck-dev libgtest-dev libgmock-dev
-          libbenchmark-dev nlohmann-json3-dev libcli11-dev libfmt-dev libtomlplusplus-dev python3)
+          libbenchmark-dev nlohmann-json3-dev libcli11-dev libfmt-dev libtomlplusplus-dev python3 python3-yaml)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -39,13 +39,34 @@ tail -3 "$work/buggy.log"
 [ "$code" = 1 ] || { cat "$work/buggy.log"; fail "own_gate_buggy exited $code, expected 1"; }
 grep -q "grad/layer" "$work/buggy.log" || fail "the failure does not name the gradient that is wrong"
 
-echo "== the correct variant passes it"
+echo "== the correct variant passes it, with the CI templates' command"
 set +e
-"$work/example/build/own_gate" check --backend own >"$work/correct.log" 2>&1
+(cd "$work/example" && build/own_gate report --backend own --out report) >"$work/correct.log" 2>&1
 code=$?
 set -e
-tail -1 "$work/correct.log"
+tail -2 "$work/correct.log"
 [ "$code" = 0 ] || { cat "$work/correct.log"; fail "own_gate exited $code, expected 0"; }
+for f in report.json report.md junit.xml; do
+  [ -s "$work/example/report/$f" ] || fail "the gate wrote no report/$f"
+done
+grep -q 'testsuite name="gradeq.own"' "$work/example/report/junit.xml" || fail "junit.xml is not the own backend's"
+
+echo "== the CI templates run that command and keep report/"
+python3 - "$work/example/ci" <<'PY' || fail "the CI templates"
+import sys, yaml
+ci = sys.argv[1]
+github = yaml.safe_load(open(ci + "/github-actions.yml"))
+steps = github["jobs"]["gate"]["steps"]
+assert any('$GATE report --backend "$BACKEND" --out report' in s.get("run", "") for s in steps), steps
+assert any(s.get("with", {}).get("path") == "report/" for s in steps), "github: report/ is not kept"
+gitlab = yaml.safe_load(open(ci + "/gitlab-ci.yml"))
+job = gitlab["gradeq-gate"]
+assert '$GATE report --backend "$BACKEND" --out report' in job["script"], job["script"]
+assert job["artifacts"]["paths"] == ["report/"] and job["artifacts"]["reports"]["junit"] == "report/junit.xml"
+for variables in (github["env"], gitlab["variables"]):
+    assert variables["GATE"] == "build/own_gate" and variables["BACKEND"] == "own", variables
+print("ok: CI templates")
+PY
 
 echo "== the GoogleTest helper lists one test per scenario and property"
 "$work/example/build/own_tests" --gtest_list_tests >"$work/list.log"
