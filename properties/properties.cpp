@@ -59,12 +59,16 @@ Evidence exactness(const ScenarioSpec& s, PropertyContext& ctx) {
   const Runs runs = execute(scenario, *ctx.backend, ctx.loop, ctx.model);
   Evidence e;
   bool vacuous = true;
-  auto differ = [&](const std::string& what, const std::string& name, std::size_t i, double a, double b) {
+  // "window 0: grad/layer0.weight element [2, 3]: K_acc 0.25, R_acc 0.125 (exact cases agree bit for bit)"
+  auto differ = [&](std::size_t w, const ReferenceTensor& t, std::size_t i, const char* a_name, double a,
+                    const char* b_name, double b) {
     if (!e.holds) return;
     if (a == b) return;  // NaN != NaN: a NaN never passes
     std::ostringstream os;
     os.precision(17);
-    os << what << " differ at " << name << "[" << i << "]: " << a << " vs " << b;
+    const long cols = std::max(t.cols, 1L), at = static_cast<long>(i);
+    os << "window " << w << ": " << t.name << " element [" << at / cols << ", " << at % cols << "]: " << a_name << " "
+       << a << ", " << b_name << " " << b << " (an exact case agrees bit for bit)";
     e.holds = false;
     e.message = os.str();
     e.worst_ratio = HUGE_VAL;  // any difference exceeds a bound of 0
@@ -82,10 +86,10 @@ Evidence exactness(const ScenarioSpec& s, PropertyContext& ctx) {
         e.holds = false;
         e.message = "not an exact case: reference value of " + rf.name + " is not float32-representable";
       }
-      differ("R_acc and R_full", rf.name, i, ra.value[i], rf.value[i]);
-      differ("K_full and R_full", rf.name, i, kf.values[i], rf.value[i]);
-      differ("K_acc and R_acc", rf.name, i, ka.values[i], ra.value[i]);
-      differ("K_acc and K_full", rf.name, i, ka.values[i], kf.values[i]);
+      differ(w, rf, i, "R_acc", ra.value[i], "R_full", rf.value[i]);
+      differ(w, rf, i, "K_full (kernel)", kf.values[i], "R_full (reference)", rf.value[i]);
+      differ(w, rf, i, "K_acc (kernel)", ka.values[i], "R_acc (reference)", ra.value[i]);
+      differ(w, rf, i, "K_acc", ka.values[i], "K_full", kf.values[i]);
     }
   }
   if (vacuous) {
@@ -123,12 +127,14 @@ Evidence determinism(const ScenarioSpec& s, PropertyContext& ctx) {
     for (const RunTensor& ta : a.tensors) {
       const RunTensor& tb = find_tensor(b, ta.name);
       for (std::size_t i = 0; e.holds && i < ta.values.size(); ++i) {
-        std::ostringstream os;
-        os.precision(9);
-        os << where << ta.name << "[" << i << "] ";
         const bool same_bits = std::memcmp(&ta.values[i], &tb.values[i], sizeof(double)) == 0;
         if (!same_bits) {
-          fail(os.str() + "differs run to run: " + std::to_string(ta.values[i]) + " vs " + std::to_string(tb.values[i]));
+          std::ostringstream os;
+          os.precision(9);
+          const long cols = std::max(ta.cols, 1L), at = static_cast<long>(i);
+          os << where << ta.name << " element [" << at / cols << ", " << at % cols << "] differs run to run: first run "
+             << ta.values[i] << ", second run " << tb.values[i];
+          fail(os.str());
         } else if (!std::isfinite(ta.values[i]) && !e.discard && !(a.skipped && ta.kind == RecordKind::gradient)) {
           // Repeated bit for bit, but an overflow (static float16 loss
           // scaling) leaves nothing to compare: the case cannot decide. A

@@ -67,6 +67,9 @@ run 1 "$work/t2" selftest --backend overwriting --cases 20
 # A replayed failure replays on the backend that failed and runs only the
 # property it names; the other one asked for is reported as not run.
 run 1 "$work/p" check --backend overwriting --property Exactness
+# The failure labels both sides and names the element by (row, column).
+grep -qE 'element \[[0-9]+, [0-9]+\]: K_(acc|full) \(kernel\) [-0-9.e]+, R_(acc|full) \(reference\)' "$work/p" ||
+  { fail "the Exactness failure does not label kernel and reference, or has no (row, column)"; cat "$work/p"; }
 replay=$(grep -m1 'replay: ' "$work/p" | sed 's/.*replay: //')
 case "$replay" in
   RC_PARAMS=*"--backend overwriting --property Exactness"*) echo "ok: replay line: $replay" ;;
