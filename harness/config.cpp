@@ -8,6 +8,8 @@
 
 #include <toml++/toml.h>
 
+#include "kernels/dtype.h"
+
 namespace gradeq {
 namespace {
 
@@ -90,7 +92,7 @@ ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::
       "name", "input_features", "positions", "layers", "loss", "data", "split", "learning_rate", "seed",
       "normalization", "compute_dtype", "accumulate_dtype", "optimizer", "momentum", "dampening", "nesterov",
       "weight_decay", "betas", "eps", "clip_max_norm", "warmup_steps", "total_steps", "loss_scale",
-      "dynamic_loss_scale", "growth_interval", "compensated"};
+      "dynamic_loss_scale", "growth_interval", "compensated", "norm_eps", "batchnorm_momentum"};
   for (const auto& [key, value] : t)
     if (!known.count(std::string(key.str()))) fail(where, "unknown key '" + std::string(key.str()) + "'");
   for (const char* required : {"name", "input_features", "layers", "split"})
@@ -179,6 +181,8 @@ ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::
   if (const toml::node* n = t.get("growth_interval"))
     s.procedure.loss_scaling.growth_interval = positive_integer(*n, where, "growth_interval");
   flag("compensated", s.procedure.compensated);
+  number("norm_eps", s.model.norm_eps);
+  number("batchnorm_momentum", s.model.bn_momentum);
   try {
     validate(s);
   } catch (const std::invalid_argument& e) {
@@ -187,7 +191,98 @@ ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::
   return s;
 }
 
+// A JSON value as the TOML node the reader takes: the same keys, the same
+// checks. Integers stay integers, so "an integer" means the same in both.
+toml::array toml_array(const nlohmann::json& j, const std::string& where);
+
+template <class Container>
+void push_toml(Container& out, const nlohmann::json& v, const std::string& where) {
+  if (v.is_boolean()) {
+    out.push_back(v.get<bool>());
+  } else if (v.is_number_unsigned() || v.is_number_integer()) {
+    if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
+      fail(where, "integer " + v.dump() + " is too large");
+    out.push_back(v.get<std::int64_t>());
+  } else if (v.is_number_float()) {
+    out.push_back(v.get<double>());
+  } else if (v.is_string()) {
+    out.push_back(v.get<std::string>());
+  } else if (v.is_array()) {
+    out.push_back(toml_array(v, where));
+  } else {
+    fail(where, "unexpected value " + v.dump().substr(0, 60));
+  }
+}
+
+toml::array toml_array(const nlohmann::json& j, const std::string& where) {
+  toml::array a;
+  for (const nlohmann::json& v : j) push_toml(a, v, where);
+  return a;
+}
+
 }  // namespace
+
+nlohmann::json scenario_to_json(const ScenarioSpec& s) {
+  nlohmann::json layers = nlohmann::json::array();
+  for (const ref::LayerSpec& l : s.model.layers) {
+    std::string name = ref::layer_name(l.kind);
+    // Appended piecewise: ":" + std::string&& trips a false -Wrestrict in g++ 12.
+    if (l.kind == ref::LayerKind::linear || l.kind == ref::LayerKind::group_norm) {
+      name += ':';
+      name += std::to_string(l.kind == ref::LayerKind::linear ? l.features : l.groups);
+    }
+    layers.push_back(name);
+  }
+  const ref::ProcedureConfig& p = s.procedure;
+  const ref::OptimizerSpec& o = p.optimizer;
+  nlohmann::json j = {
+      {"name", s.name},
+      {"input_features", s.model.input_features},
+      {"positions", s.model.positions},
+      {"layers", layers},
+      {"loss", ref::loss_name(s.model.loss)},
+      {"norm_eps", s.model.norm_eps},
+      {"batchnorm_momentum", s.model.bn_momentum},
+      {"data", data_kind_name(s.data)},
+      {"split", s.split},
+      {"seed", s.seed},
+      {"normalization", p.normalization == ref::Normalization::global_count ? "global_count" : "equal_split"},
+      {"compute_dtype", std::string(dtype_name(s.precision.compute))},
+      {"accumulate_dtype", std::string(dtype_name(s.precision.accumulate))},
+      {"compensated", p.compensated},
+      {"optimizer", o.kind == ref::OptimizerKind::sgd ? "sgd" : o.kind == ref::OptimizerKind::adam ? "adam" : "adamw"},
+      {"learning_rate", o.lr},
+      {"weight_decay", o.weight_decay},
+      {"loss_scale", p.loss_scaling.scale},
+      {"dynamic_loss_scale", p.loss_scaling.dynamic},
+      {"growth_interval", p.loss_scaling.growth_interval},
+  };
+  if (o.kind == ref::OptimizerKind::sgd) {
+    j["momentum"] = o.momentum;
+    j["dampening"] = o.dampening;
+    j["nesterov"] = o.nesterov;
+  } else {
+    j["betas"] = {o.beta1, o.beta2};
+    j["eps"] = o.eps;
+  }
+  if (p.clip.enabled) j["clip_max_norm"] = p.clip.max_norm;
+  if (p.schedule.warmup_cosine) {
+    j["warmup_steps"] = p.schedule.warmup_steps;
+    j["total_steps"] = p.schedule.total_steps;
+  }
+  return j;
+}
+
+ScenarioSpec scenario_from_json(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object()) fail(where, "the scenario must be an object of config keys");
+  toml::table t;
+  for (const auto& [key, value] : j.items()) {
+    toml::array one;
+    push_toml(one, value, where + ", key '" + key + "'");
+    t.insert(key, *one.get(0));
+  }
+  return scenario(t, where, 0);
+}
 
 std::vector<ScenarioSpec> parse_scenarios(const std::string& toml_text, const std::string& source_name) {
   toml::table root;

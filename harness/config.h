@@ -26,10 +26,14 @@
 //   total_steps = 100
 //   loss_scale = 65536                  # a power of two; dynamic_loss_scale = true
 //   growth_interval = 2000              # to grow it after this many good steps
+//   norm_eps = 1e-5                     # every normalizer's eps (PyTorch's default)
+//   batchnorm_momentum = 0.1            # weight of a batch in the running statistics
 #pragma once
 
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "harness/scenario.h"
 
@@ -37,5 +41,11 @@ namespace gradeq {
 
 std::vector<ScenarioSpec> load_scenarios(const std::string& path);
 std::vector<ScenarioSpec> parse_scenarios(const std::string& toml_text, const std::string& source_name);
+
+// The same scenario as a JSON object of the config keys (every key written,
+// defaults included), and back through the same reader and checks: the
+// manifest of a window set (harness/window_set.h) carries it this way.
+nlohmann::json scenario_to_json(const ScenarioSpec& spec);
+ScenarioSpec scenario_from_json(const nlohmann::json& scenario, const std::string& where);
 
 }  // namespace gradeq

@@ -50,7 +50,7 @@ struct Verdict {
 
 struct Runs {
   ReferenceRun r_full, r_acc;          // whole trajectories from the initial state
-  KernelRun k_full, k_acc;
+  KernelRun k_full, k_acc;             // k_full may be empty (an external run given without it)
   // Window by window from the kernel runs' states: R_full from K_full's,
   // R_acc and R_full from K_acc's.
   ReferenceRun r_full_at_k_full, r_acc_at_k_acc, r_full_at_k_acc;

@@ -6,7 +6,6 @@
 
 #include "harness/backends.h"
 #include "harness/compare.h"
-#include "harness/dump.h"
 #include "harness/equivalence.h"
 #include "harness/gate/gate.h"
 #include "harness/gate/selftest.h"
@@ -198,36 +197,6 @@ TEST(SelfTest, CampaignFailsAboveHalfTheBound) {
   r.campaign->worst_ratio = 0.1;
   r.campaign->false_alarms = 1;
   EXPECT_FALSE(r.passed());
-}
-
-TEST(Dump, WritesNpyFilesAndAManifest) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "gradeq_dump_test";
-  std::filesystem::remove_all(dir);
-  CpuBackend cpu;
-  const Scenario sc = materialize(small_scenario());
-  const int files = dump_scenario(dir, sc, execute(sc, cpu, correct_loop(), ErrorModel{}));
-  EXPECT_GT(files, 10);
-  std::ifstream manifest(dir / "manifest.json");
-  const auto m = nlohmann::json::parse(manifest);
-  EXPECT_EQ(m["split"], "[2,3]");
-  bool saw_k_acc = false;
-  for (const auto& f : m["files"]) {
-    EXPECT_TRUE(std::filesystem::exists(dir / f["file"].get<std::string>())) << f["file"];
-    saw_k_acc |= f["name"].get<std::string>().starts_with("K_acc/w0/grad/");
-  }
-  EXPECT_TRUE(saw_k_acc);
-  std::ifstream npy(dir / "window0_inputs.npy", std::ios::binary);
-  std::string magic(6, '\0');
-  npy.read(magic.data(), 6);
-  EXPECT_EQ(magic, "\x93NUMPY");
-  char rest[4];
-  npy.read(rest, 4);
-  const int header_len = static_cast<unsigned char>(rest[2]) | (static_cast<unsigned char>(rest[3]) << 8);
-  EXPECT_EQ((10 + header_len) % 64, 0);
-  std::string header(static_cast<std::size_t>(header_len), '\0');
-  npy.read(header.data(), header_len);
-  EXPECT_NE(header.find("'shape': (5, 3)"), std::string::npos) << header;
-  EXPECT_NE(header.find("<f8"), std::string::npos);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 //   gradeq report  --out DIR [options]  the gate, plus report.json/.md and junit.xml
 //   gradeq sweep   norms|precision [--seeds N] [--seed S] [--backend B] [--out DIR]   the studies
 //   gradeq selftest [--campaign N] [--out DIR]      every property vs every mutant
+//   gradeq verify  DIR [--report DIR] [--junit F]  judge an external run's window set
 //   gradeq list    [scenarios|properties|mutants|backends|all]
 //
 // Exit codes: 0 pass, 1 verification failure, 2 bad usage or input,
@@ -172,6 +173,34 @@ int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir, 
   return report.passed() ? kExitPass : kExitFail;
 }
 
+struct VerifyArgs {
+  std::string dir;
+  std::string error_model = "probabilistic";
+  std::string report_dir, junit_file;
+};
+
+int run_verify_command(const VerifyArgs& a) {
+  if (!a.report_dir.empty()) require_writable_directory(a.report_dir);
+  if (!a.junit_file.empty()) require_writable_directory(directory_of(a.junit_file));
+  ErrorModel model;
+  model.reduction = a.error_model == "probabilistic" ? ref::ReductionBound::probabilistic : ref::ReductionBound::deterministic;
+  const ProgressSink progress = make_progress();
+  const CheckReport report = run_verify(a.dir, model, progress);
+  end_progress();
+  std::cout << fmt::format("gradeq verify: {} ({}), {} error model\n", a.dir, report.scenarios.front().spec.name,
+                           a.error_model);
+  std::cout << check_summary(report);
+  if (!a.report_dir.empty()) {
+    write_reports(a.report_dir, report);
+    std::cout << "wrote " << a.report_dir << "/report.json, report.md, junit.xml\n";
+  }
+  if (!a.junit_file.empty()) {
+    write_text(a.junit_file, report_junit(report));
+    std::cout << "wrote " << a.junit_file << "\n";
+  }
+  return report.passed() ? kExitPass : kExitFail;
+}
+
 struct SweepArgs {
   std::string study;
   std::string backend = "cpu";
@@ -290,6 +319,15 @@ int run_cli(int argc, char** argv) {
   add_check_options(*report, report_args);
   report->add_option("--out", out_dir, "Directory for the reports")->required();
 
+  VerifyArgs verify_args;
+  CLI::App* verify = app.add_subcommand(
+      "verify", "Judge an external run's window set (manifest.json + .npy, e.g. from python/gradeq_export.py)");
+  verify->add_option("dir", verify_args.dir, "The window set's directory")->required();
+  verify->add_option("--error-model", verify_args.error_model, "Error model: probabilistic (default) or deterministic")
+      ->check(CLI::IsMember({"deterministic", "probabilistic"}));
+  verify->add_option("--report", verify_args.report_dir, "Also write report.json, report.md and junit.xml here");
+  verify->add_option("--junit", verify_args.junit_file, "Also write JUnit XML to this file");
+
   SweepArgs sweep_args;
   CLI::App* sweep = app.add_subcommand("sweep", "Studies: normalizer divergence by micro-batch size (norms), buffer error by N (precision)");
   sweep->add_option("study", sweep_args.study, "norms or precision")->required()->check(CLI::IsMember({"norms", "precision"}));
@@ -345,6 +383,7 @@ int run_cli(int argc, char** argv) {
     }
     if (*report) return run_check(report_args, out_dir, program);
     if (*list) return run_list(list_what);
+    if (*verify) return run_verify_command(verify_args);
     if (*sweep) {
       sweep_args.backend_given = sweep_backend->count() > 0;
       return run_sweep(sweep_args);

@@ -6,7 +6,7 @@
 #include <ctime>
 #include <stdexcept>
 
-#include "harness/dump.h"
+#include "harness/window_set.h"
 #include "harness/suite.h"
 
 namespace gradeq {
@@ -146,6 +146,22 @@ CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFac
   return report;
 }
 
+CheckReport run_verify(const std::filesystem::path& dir, const ErrorModel& model, const ProgressSink& progress) {
+  const auto start = std::chrono::steady_clock::now();
+  CheckReport report;
+  report.backend = "external";
+  report.version = GRADEQ_VERSION;
+  report.started_at = utc_now();
+  report.model = model;
+  report.cases = 0;
+  const WindowSet set = read_window_set(dir);
+  if (progress) progress("verify " + set.scenario.spec.name + ": the reference over " +
+                         std::to_string(set.scenario.windows.size()) + " window(s)");
+  report.scenarios.push_back(verify_window_set(set, model));
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
 int dump_scenario_run(const GateOptions& options, Backend& backend, const std::string& name,
                       const std::filesystem::path& dir) {
   const ScenarioSpec* found = find_scenario(suite_of(options), name);
@@ -153,7 +169,12 @@ int dump_scenario_run(const GateOptions& options, Backend& backend, const std::s
   ScenarioSpec spec = *found;
   spec.seed = mix_seed(options.seed, spec.seed);
   const Scenario scenario = materialize(spec);
-  return dump_scenario(dir, scenario, execute(scenario, backend, correct_loop(), options.model));
+  const Runs runs = execute(scenario, backend, correct_loop(), options.model);
+  // The manifest carries the scenario as configured (its seed, with the
+  // run seed beside it: the data came from mix_seed(run_seed, seed)).
+  Scenario written = scenario;
+  written.spec.seed = found->seed;
+  return write_window_set(dir, written, runs, options.seed);
 }
 
 }  // namespace gradeq

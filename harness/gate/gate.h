@@ -68,8 +68,13 @@ std::string replay_command(const CheckReport& report, const PropertyRun& run);
 CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFactory& loop = correct_loop(),
                      const ProgressSink& progress = {});
 
+// `gradeq verify`: judges the external run of a window set
+// (harness/window_set.h) with the gate's verdicts, as a report of one
+// scenario whose backend is "external". WindowSetError on bad input.
+CheckReport run_verify(const std::filesystem::path& dir, const ErrorModel& model, const ProgressSink& progress = {});
+
 // Runs the one scenario `name` of the gate's suite (with the gate's seed)
-// and writes its tensors into dir (harness/dump.h). Returns the number of
+// and writes it into dir as a window set (harness/window_set.h). Returns the number of
 // files written.
 int dump_scenario_run(const GateOptions& options, Backend& backend, const std::string& name,
                       const std::filesystem::path& dir);

@@ -1,0 +1,543 @@
+// window_set.cpp — the window-set format: .npy reading, the manifest, the
+// checks on what an external run hands in, and its verification.
+#include "harness/window_set.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <numeric>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/config.h"
+#include "harness/dump.h"
+
+namespace gradeq {
+namespace {
+
+[[noreturn]] void bad(const std::string& where, const std::string& what) { throw WindowSetError(where + ": " + what); }
+
+std::string descr_dtype(const std::string& descr) {
+  if (descr == "<f4") return "float32";
+  if (descr == "<f8") return "float64";
+  if (descr == "<i4") return "int32";
+  if (descr == "<i8") return "int64";
+  return descr;
+}
+
+// A tensor's values must be numbers of the dtype its run stores it in:
+// float32 for weights and state, the accumulation dtype for gradients.
+// NaN and Inf are numbers of every dtype here (they fail the verdict).
+bool of_dtype(double v, DType d) {
+  if (!std::isfinite(v)) return true;
+  const float f = static_cast<float>(v);
+  return static_cast<double>(f) == v && round_to(f, d) == f;
+}
+
+DType dtype_of_entry(const RecordEntry& e, const PrecisionSpec& p) {
+  return e.kind == RecordKind::gradient ? p.accumulate : DType::f32;
+}
+
+std::string torch_name(const std::string& gradeq_name) {
+  // "layer3.weight" -> "3.weight": the same tensor in a torch.nn.Sequential
+  // of the same layers (docs/VERIFY.md).
+  return gradeq_name.starts_with("layer") ? gradeq_name.substr(5) : gradeq_name;
+}
+
+nlohmann::json model_json(const ScenarioSpec& s) {
+  const std::vector<long> widths = ref::layer_widths(s.model);
+  nlohmann::json layers = nlohmann::json::array();
+  for (std::size_t l = 0; l < s.model.layers.size(); ++l) {
+    const ref::LayerSpec& spec = s.model.layers[l];
+    nlohmann::json j = {{"layer", l}, {"kind", ref::layer_name(spec.kind)}, {"torch_module", std::to_string(l)}};
+    if (spec.kind == ref::LayerKind::linear) {
+      j["in_features"] = widths[l];
+      j["out_features"] = spec.features;
+    } else {
+      j["features"] = widths[l];
+    }
+    if (ref::is_norm(spec.kind)) j["eps"] = s.model.norm_eps;
+    if (spec.kind == ref::LayerKind::group_norm) j["groups"] = spec.groups;
+    if (spec.kind == ref::LayerKind::batch_norm) j["momentum"] = s.model.bn_momentum;
+    layers.push_back(j);
+  }
+  return {{"input_features", s.model.input_features}, {"positions", s.model.positions},
+          {"loss", ref::loss_name(s.model.loss)}, {"layers", layers}};
+}
+
+nlohmann::json tensors_json(const std::vector<ref::ParameterInfo>& infos) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const ref::ParameterInfo& p : infos)
+    out.push_back({{"name", p.name}, {"shape", {p.rows, p.cols}}, {"torch", torch_name(p.name)}});
+  return out;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------- npy
+
+NpyArray read_npy(const std::filesystem::path& path) {
+  const std::string where = path.filename().string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) bad(where, "cannot be read");
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  in.seekg(0);
+  char magic[8];
+  if (size < 10 || !in.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0) bad(where, "is not a .npy file");
+  const int major = static_cast<unsigned char>(magic[6]);
+  if (major != 1 && major != 2) bad(where, ".npy version " + std::to_string(major) + " (1 or 2 expected)");
+  unsigned char len[4] = {0, 0, 0, 0};
+  if (!in.read(reinterpret_cast<char*>(len), major == 1 ? 2 : 4)) bad(where, "truncated header");
+  const std::size_t header_len = major == 1 ? (len[0] | len[1] << 8)
+                                            : (len[0] | len[1] << 8 | len[2] << 16 | static_cast<std::size_t>(len[3]) << 24);
+  const std::streamoff data_at = (major == 1 ? 10 : 12) + static_cast<std::streamoff>(header_len);
+  if (header_len > 65536 || data_at > size) bad(where, "truncated header");
+  std::string header(header_len, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(header_len));
+  const auto field = [&](const std::string& key) -> std::string {
+    const std::size_t at = header.find("'" + key + "':");
+    if (at == std::string::npos) bad(where, "header has no '" + key + "'");
+    std::size_t from = header.find_first_not_of(' ', at + key.size() + 3);
+    if (from == std::string::npos) bad(where, "header is malformed");
+    if (header[from] == '\'') return header.substr(from + 1, header.find('\'', from + 1) - from - 1);
+    if (header[from] == '(') return header.substr(from + 1, header.find(')', from) - from - 1);
+    return header.substr(from, header.find_first_of(",}", from) - from);
+  };
+  NpyArray a;
+  a.descr = field("descr");
+  if (a.descr != "<f4" && a.descr != "<f8" && a.descr != "<i4" && a.descr != "<i8")
+    bad(where, "dtype '" + a.descr + "' (float32, float64, int32 or int64, little-endian, expected)");
+  if (field("fortran_order") != "False") bad(where, "is in Fortran order (C order expected)");
+  std::stringstream dims(field("shape"));
+  std::string dim;
+  long count = 1;
+  while (std::getline(dims, dim, ',')) {
+    const std::size_t first = dim.find_first_not_of(' ');
+    if (first == std::string::npos) continue;
+    long d = -1;
+    try {
+      std::size_t used = 0;
+      d = std::stol(dim.substr(first), &used);
+      if (dim.find_first_not_of(' ', first + used) != std::string::npos) d = -1;
+    } catch (const std::exception&) {
+      d = -1;
+    }
+    if (d < 0 || d > (1L << 40)) bad(where, "shape (" + field("shape") + ") is malformed");
+    a.shape.push_back(d);
+    count *= d;
+    if (count > (1L << 40)) bad(where, "shape (" + field("shape") + ") is too large");
+  }
+  const long item = a.descr[2] == '4' ? 4 : 8;
+  if (size - data_at != count * item)
+    bad(where, "holds " + std::to_string(size - data_at) + " bytes of data; its shape (" + field("shape") + ") needs " +
+                   std::to_string(count * item));
+  a.values.resize(static_cast<std::size_t>(count));
+  std::vector<char> raw(static_cast<std::size_t>(count * item));
+  in.read(raw.data(), static_cast<std::streamsize>(raw.size()));
+  for (long i = 0; i < count; ++i) {
+    const char* p = raw.data() + i * item;
+    if (a.descr == "<f4") {
+      float v;
+      std::memcpy(&v, p, 4);
+      a.values[i] = v;
+    } else if (a.descr == "<f8") {
+      std::memcpy(&a.values[i], p, 8);
+    } else if (a.descr == "<i4") {
+      std::int32_t v;
+      std::memcpy(&v, p, 4);
+      a.values[i] = v;
+    } else {
+      std::int64_t v;
+      std::memcpy(&v, p, 8);
+      a.values[i] = static_cast<double>(v);
+    }
+  }
+  return a;
+}
+
+std::string window_set_file(const std::string& run, std::size_t window, const std::string& tensor) {
+  std::string s = run + "_w" + std::to_string(window) + "_" + tensor;
+  for (char& c : s)
+    if (c == '/' || c == ':' || c == ' ') c = '_';
+  return s + ".npy";
+}
+
+// ---------------------------------------------------------------- writer
+
+int write_window_set(const std::filesystem::path& dir, const Scenario& scenario, const Runs& runs,
+                     std::uint64_t run_seed) {
+  std::filesystem::create_directories(dir);
+  int files = 0;
+  const auto write = [&](const std::string& file, const std::vector<long>& shape, const auto& values) {
+    write_npy(dir / file, shape, std::span(values));
+    ++files;
+    return file;
+  };
+  const ScenarioSpec& spec = scenario.spec;
+  nlohmann::json m = {{"format", kWindowSetFormat},
+                      {"schema_version", kWindowSetSchemaVersion},
+                      {"run_seed", run_seed},
+                      {"scenario", scenario_to_json(spec)},
+                      {"model", model_json(spec)},
+                      {"parameters", tensors_json(scenario.schema.parameters)},
+                      {"buffers", tensors_json(scenario.schema.buffers)}};
+  nlohmann::json windows = nlohmann::json::array();
+  for (std::size_t w = 0; w < scenario.windows.size(); ++w) {
+    const ref::Batch& b = scenario.windows[w];
+    const std::string prefix = "window" + std::to_string(w) + "_";
+    nlohmann::json j = {{"split", spec.split[w]}, {"rows", b.rows()}};
+    j["inputs"] = write(prefix + "inputs.npy", {b.inputs.rows(), b.inputs.cols()},
+                        std::vector<double>(b.inputs.data(), b.inputs.data() + b.inputs.size()));
+    if (b.targets.size() > 0)
+      j["targets"] = write(prefix + "targets.npy", {b.targets.rows(), b.targets.cols()},
+                           std::vector<double>(b.targets.data(), b.targets.data() + b.targets.size()));
+    if (!b.classes.empty())
+      j["classes"] = write(prefix + "classes.npy", {static_cast<long>(b.classes.size())},
+                           std::vector<std::int32_t>(b.classes.begin(), b.classes.end()));
+    windows.push_back(j);
+  }
+  m["windows"] = windows;
+  nlohmann::json initial = nlohmann::json::object();
+  const std::vector<ref::ParameterInfo>& layout = scenario.schema.parameters;
+  for (std::size_t p = 0; p < layout.size(); ++p) {
+    const auto& v = scenario.initial_params[p];
+    initial[layout[p].name] =
+        write("initial_" + layout[p].name + ".npy", {v.rows(), v.cols()}, std::vector<double>(v.data(), v.data() + v.size()));
+  }
+  m["initial"] = {{"parameters", initial}};
+
+  nlohmann::json run_list = nlohmann::json::object();
+  const auto kernel = [&](const std::string& name, const KernelRun& r, const char* split) {
+    nlohmann::json ws = nlohmann::json::array();
+    for (std::size_t w = 0; w < r.windows.size(); ++w) {
+      nlohmann::json tensors = nlohmann::json::object();
+      for (const RunTensor& t : r.windows[w].tensors) {
+        if (r.windows[w].skipped && t.kind == RecordKind::gradient) continue;  // a skipped window has none
+        const std::vector<float> v(t.values.begin(), t.values.end());
+        tensors[t.name] = write(window_set_file(name, w, t.name), {t.rows, t.cols}, v);
+      }
+      ws.push_back({{"skipped", r.windows[w].skipped}, {"loss", r.windows[w].loss}, {"tensors", tensors}});
+    }
+    run_list[name] = {{"role", "kernel"}, {"split", split}, {"windows", ws}};
+  };
+  const auto reference = [&](const std::string& name, const ReferenceRun& r, const char* split) {
+    nlohmann::json ws = nlohmann::json::array();
+    for (std::size_t w = 0; w < r.windows.size(); ++w) {
+      nlohmann::json tensors = nlohmann::json::object();
+      for (const ReferenceTensor& t : r.windows[w].tensors)
+        tensors[t.name] = write(window_set_file(name, w, t.name), {t.rows, t.cols}, t.value);
+      ws.push_back({{"skipped", r.windows[w].skipped}, {"loss", r.windows[w].loss}, {"tensors", tensors}});
+    }
+    run_list[name] = {{"role", "reference"}, {"split", split}, {"windows", ws}};
+  };
+  kernel("K_acc", runs.k_acc, "accumulated");
+  if (!runs.k_full.windows.empty()) kernel("K_full", runs.k_full, "full");
+  reference("R_acc", runs.r_acc, "accumulated");
+  reference("R_full", runs.r_full, "full");
+  m["runs"] = run_list;
+
+  // The bounds the verdicts used, per element: kernel correctness (each
+  // kernel run against the reference from its own state) and accumulation
+  // equivalence (K_acc against R_full from K_acc's state).
+  nlohmann::json bounds = nlohmann::json::object();
+  const auto kernel_bounds = [&](const std::string& name, const ReferenceRun& r) {
+    nlohmann::json ws = nlohmann::json::array();
+    for (std::size_t w = 0; w < r.windows.size(); ++w) {
+      nlohmann::json tensors = nlohmann::json::object();
+      for (const ReferenceTensor& t : r.windows[w].tensors) {
+        std::vector<double> b(t.value.size());
+        for (std::size_t i = 0; i < b.size(); ++i) b[i] = kernel_bound(t.kernel_bound[i], t.reference_bound[i]);
+        tensors[t.name] = write(window_set_file("bound_" + name, w, t.name), {t.rows, t.cols}, b);
+      }
+      ws.push_back({{"tensors", tensors}});
+    }
+    bounds[name] = {{"verdict", "kernel correctness"}, {"windows", ws}};
+  };
+  kernel_bounds("K_acc", runs.r_acc_at_k_acc);
+  if (!runs.k_full.windows.empty()) kernel_bounds("K_full", runs.r_full_at_k_full);
+  nlohmann::json ws = nlohmann::json::array();
+  for (std::size_t w = 0; w < runs.r_full_at_k_acc.windows.size(); ++w) {
+    nlohmann::json tensors = nlohmann::json::object();
+    for (const ReferenceTensor& full : runs.r_full_at_k_acc.windows[w].tensors) {
+      const ReferenceTensor* acc = find_optional(runs.r_acc_at_k_acc.windows[w], full.name);
+      if (!acc) continue;
+      std::vector<double> b(full.value.size());
+      for (std::size_t i = 0; i < b.size(); ++i)
+        b[i] = accumulation_bound(acc->kernel_bound[i], acc->reference_bound[i], full.reference_bound[i]);
+      tensors[full.name] = write(window_set_file("bound_accumulation", w, full.name), {full.rows, full.cols}, b);
+    }
+    ws.push_back({{"tensors", tensors}});
+  }
+  bounds["accumulation"] = {{"verdict", "accumulation equivalence"}, {"windows", ws}};
+  m["bounds"] = bounds;
+
+  std::ofstream out(dir / "manifest.json");
+  out << m.dump(2) << "\n";
+  if (!out) throw std::runtime_error("cannot write " + (dir / "manifest.json").string());
+  return files + 1;
+}
+
+// ---------------------------------------------------------------- reader
+
+namespace {
+
+class Reader {
+ public:
+  explicit Reader(std::filesystem::path dir) : dir_(std::move(dir)) {}
+
+  // A file the manifest names: it exists, and is remembered (every .npy in
+  // the directory must be named).
+  NpyArray array(const nlohmann::json& name, const std::string& what) {
+    if (!name.is_string()) bad("manifest.json", what + " must name a file");
+    const std::string file = name.get<std::string>();
+    if (file.empty() || file.find('/') != std::string::npos || file.find('\\') != std::string::npos || file == "..")
+      bad("manifest.json", what + ": '" + file + "' is not a file name in the directory");
+    named_.insert(file);
+    if (!std::filesystem::is_regular_file(dir_ / file)) bad(file, "is missing (" + what + ")");
+    return read_npy(dir_ / file);
+  }
+  void remember(const nlohmann::json& name) {
+    if (name.is_string()) named_.insert(name.get<std::string>());
+  }
+  void refuse_extra_files() const {
+    for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+      const std::string file = entry.path().filename().string();
+      if (entry.path().extension() == ".npy" && !named_.count(file))
+        bad(file, "is not named by manifest.json (an extra file: a tensor the run does not record, or a misspelt name)");
+    }
+  }
+
+ private:
+  std::filesystem::path dir_;
+  std::set<std::string> named_;
+};
+
+void expect_shape(const NpyArray& a, const std::vector<long>& shape, const std::string& file, const std::string& what) {
+  if (a.shape == shape) return;
+  const auto text = [](const std::vector<long>& s) {
+    std::string out = "(";
+    for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+    return out + ")";
+  };
+  bad(file, what + " has shape " + text(a.shape) + ", expected " + text(shape));
+}
+
+void expect_floats(const NpyArray& a, const std::string& file) {
+  if (a.descr != "<f4" && a.descr != "<f8") bad(file, "is " + descr_dtype(a.descr) + "; float32 or float64 expected");
+}
+
+KernelRun read_run(Reader& reader, const nlohmann::json& run, const std::string& name, const Scenario& scenario) {
+  const std::string where = "manifest.json: runs." + name;
+  if (!run.is_object() || !run.contains("windows") || !run.at("windows").is_array())
+    bad(where, "must be an object with a list of windows");
+  const nlohmann::json& windows = run.at("windows");
+  if (windows.size() != scenario.windows.size())
+    bad(where, std::to_string(windows.size()) + " windows, the scenario's split has " +
+                   std::to_string(scenario.windows.size()));
+  KernelRun out;
+  for (std::size_t w = 0; w < windows.size(); ++w) {
+    const nlohmann::json& j = windows[w];
+    const std::string at = where + ".windows[" + std::to_string(w) + "]";
+    if (!j.is_object() || !j.contains("tensors") || !j.at("tensors").is_object()) bad(at, "needs an object of tensors");
+    KernelWindow kw;
+    if (j.contains("skipped")) {
+      if (!j.at("skipped").is_boolean()) bad(at, "skipped must be true or false");
+      kw.skipped = j.at("skipped").get<bool>();
+    }
+    if (j.contains("loss") && j.at("loss").is_number()) kw.loss = j.at("loss").get<double>();
+    const nlohmann::json& tensors = j.at("tensors");
+    std::set<std::string> known;
+    for (const RecordEntry& e : scenario.schema.entries) known.insert(e.name);
+    for (const auto& [key, value] : tensors.items())
+      if (!known.count(key)) bad(at, "tensor '" + key + "' is not recorded by this scenario (see its parameters)");
+    for (const RecordEntry& e : scenario.schema.entries) {
+      const bool gradient = e.kind == RecordKind::gradient;
+      if (!tensors.contains(e.name)) {
+        if (gradient && kw.skipped) continue;
+        bad(at, "has no tensor '" + e.name + "'" + (gradient ? "" : " (every window records it)"));
+      }
+      if (gradient && kw.skipped) bad(at, "is skipped but has a gradient '" + e.name + "' (a skipped step has none)");
+      const nlohmann::json& ref = tensors.at(e.name);
+      const nlohmann::json& file = ref.is_object() && ref.contains("file") ? ref.at("file") : ref;
+      const NpyArray a = reader.array(file, name + " window " + std::to_string(w) + " " + e.name);
+      const std::string fname = file.get<std::string>();
+      expect_floats(a, fname);
+      expect_shape(a, {e.rows, e.cols}, fname, e.name);
+      const DType d = dtype_of_entry(e, scenario.spec.precision);
+      for (std::size_t i = 0; i < a.values.size(); ++i)
+        if (!of_dtype(a.values[i], d))
+          bad(fname, e.name + " element [" + std::to_string(i / static_cast<std::size_t>(e.cols)) + ", " +
+                         std::to_string(i % static_cast<std::size_t>(e.cols)) + "] = " + std::to_string(a.values[i]) +
+                         " is not a " + std::string(dtype_name(d)) + " number (the run stores it in " +
+                         std::string(dtype_name(d)) + "; declare compute_dtype/accumulate_dtype as the run had them)");
+      if (e.kind == RecordKind::counter && e.counter == Counter::skipped && (a.values[0] != 0.0) != kw.skipped)
+        bad(fname, "state/skipped contradicts the window's \"skipped\"");
+      kw.tensors.push_back({e.name, e.kind, e.rows, e.cols, a.values});
+    }
+    out.windows.push_back(std::move(kw));
+  }
+  return out;
+}
+
+}  // namespace
+
+WindowSet read_window_set(const std::filesystem::path& dir) {
+  if (!std::filesystem::is_directory(dir)) throw WindowSetError(dir.string() + ": not a directory");
+  const std::filesystem::path manifest_path = dir / "manifest.json";
+  std::ifstream in(manifest_path);
+  if (!in) throw WindowSetError(manifest_path.string() + ": missing (a window set needs its manifest)");
+  nlohmann::json m;
+  try {
+    m = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    bad("manifest.json", std::string("is not JSON: ") + e.what());
+  }
+  if (!m.is_object() || m.value("format", "") != kWindowSetFormat)
+    bad("manifest.json", std::string("\"format\" must be \"") + kWindowSetFormat + "\"");
+  if (!m.contains("schema_version") || !m.at("schema_version").is_number_integer() ||
+      m.at("schema_version").get<long>() != kWindowSetSchemaVersion)
+    bad("manifest.json", "schema_version " + (m.contains("schema_version") ? m.at("schema_version").dump() : "missing") +
+                             ": this gradeq reads version " + std::to_string(kWindowSetSchemaVersion));
+  for (const auto& [key, value] : m.items()) {
+    static const std::set<std::string> known = {"format", "schema_version", "run_seed", "scenario", "model",
+                                                "parameters", "buffers", "windows", "initial", "runs", "bounds"};
+    if (!known.count(key)) bad("manifest.json", "unknown key '" + key + "'");
+  }
+  for (const char* key : {"scenario", "windows", "initial", "runs"})
+    if (!m.contains(key)) bad("manifest.json", std::string("has no \"") + key + "\"");
+
+  WindowSet set;
+  Scenario& s = set.scenario;
+  try {
+    s.spec = scenario_from_json(m.at("scenario"), "manifest.json: scenario");
+  } catch (const WindowSetError&) {
+    throw;
+  } catch (const std::invalid_argument& e) {
+    throw WindowSetError(e.what());
+  }
+  s.schema = run_schema(s.spec);
+  // What a reader may carry for itself must agree with the scenario.
+  if (m.contains("model") && m.at("model") != model_json(s.spec))
+    bad("manifest.json", "\"model\" contradicts the scenario's layers (it must read " + model_json(s.spec).dump() + ")");
+  if (m.contains("parameters") && m.at("parameters") != tensors_json(s.schema.parameters))
+    bad("manifest.json", "\"parameters\" contradicts the scenario's model (expected " +
+                             tensors_json(s.schema.parameters).dump() + ")");
+  if (m.contains("buffers") && m.at("buffers") != tensors_json(s.schema.buffers))
+    bad("manifest.json", "\"buffers\" contradicts the scenario's model");
+
+  Reader reader(dir);
+  const nlohmann::json& windows = m.at("windows");
+  if (!windows.is_array() || windows.size() != s.spec.split.size())
+    bad("manifest.json", "\"windows\" must list " + std::to_string(s.spec.split.size()) +
+                             " windows, one per window of the scenario's split");
+  const long outputs = ref::layer_widths(s.spec.model).back();
+  const bool mse = s.spec.model.loss == ref::LossKind::mse;
+  for (std::size_t w = 0; w < windows.size(); ++w) {
+    const nlohmann::json& j = windows[w];
+    const std::string at = "windows[" + std::to_string(w) + "]";
+    if (!j.is_object() || !j.contains("inputs")) bad("manifest.json", at + " needs \"inputs\"");
+    if (j.contains("split") && j.at("split") != nlohmann::json(s.spec.split[w]))
+      bad("manifest.json", at + ".split contradicts the scenario's split");
+    const long samples = std::accumulate(s.spec.split[w].begin(), s.spec.split[w].end(), 0L);
+    const long rows = samples * s.spec.model.positions;
+    if (j.contains("rows") && j.at("rows") != nlohmann::json(rows))
+      bad("manifest.json", at + ".rows contradicts the split and positions (" + std::to_string(rows) + ")");
+    ref::Batch b;
+    b.positions = s.spec.model.positions;
+    const NpyArray x = reader.array(j.at("inputs"), at + " inputs");
+    const std::string xf = j.at("inputs").get<std::string>();
+    expect_floats(x, xf);
+    expect_shape(x, {rows, s.spec.model.input_features}, xf, "inputs");
+    b.inputs = Eigen::Map<const ref::Matrix<double>>(x.values.data(), rows, s.spec.model.input_features);
+    if (mse) {
+      if (!j.contains("targets")) bad("manifest.json", at + " needs \"targets\" (mse)");
+      if (j.contains("classes")) bad("manifest.json", at + " has \"classes\", but the loss is mse");
+      const NpyArray t = reader.array(j.at("targets"), at + " targets");
+      const std::string tf = j.at("targets").get<std::string>();
+      expect_floats(t, tf);
+      expect_shape(t, {rows, outputs}, tf, "targets");
+      b.targets = Eigen::Map<const ref::Matrix<double>>(t.values.data(), rows, outputs);
+    } else {
+      if (!j.contains("classes")) bad("manifest.json", at + " needs \"classes\" (cross-entropy)");
+      if (j.contains("targets")) bad("manifest.json", at + " has \"targets\", but the loss is cross-entropy");
+      const NpyArray c = reader.array(j.at("classes"), at + " classes");
+      const std::string cf = j.at("classes").get<std::string>();
+      if (c.descr != "<i4" && c.descr != "<i8") bad(cf, "is " + descr_dtype(c.descr) + "; int32 or int64 classes expected");
+      expect_shape(c, {rows}, cf, "classes");
+      for (double v : c.values) {
+        if (v != ref::kIgnoreClass && (v < 0 || v >= outputs))
+          bad(cf, "class " + std::to_string(static_cast<long>(v)) + " is outside [0, " + std::to_string(outputs) +
+                      ") and is not the padding class -100");
+        b.classes.push_back(static_cast<int>(v));
+      }
+    }
+    for (double v : x.values)
+      if (!std::isfinite(v)) bad(xf, "holds NaN or Inf: inputs must be finite");
+    s.windows.push_back(std::move(b));
+  }
+
+  const nlohmann::json& initial = m.at("initial");
+  if (!initial.is_object() || !initial.contains("parameters") || !initial.at("parameters").is_object())
+    bad("manifest.json", "\"initial\" needs \"parameters\", one file per parameter");
+  for (const auto& [key, value] : initial.at("parameters").items()) {
+    bool found = false;
+    for (const ref::ParameterInfo& p : s.schema.parameters) found = found || p.name == key;
+    if (!found) bad("manifest.json", "initial parameter '" + key + "' is not a parameter of the model");
+  }
+  for (const ref::ParameterInfo& p : s.schema.parameters) {
+    if (!initial.at("parameters").contains(p.name)) bad("manifest.json", "no initial value of " + p.name);
+    const nlohmann::json& file = initial.at("parameters").at(p.name);
+    const NpyArray a = reader.array(file, "initial " + p.name);
+    expect_floats(a, file.get<std::string>());
+    expect_shape(a, {p.rows, p.cols}, file.get<std::string>(), p.name);
+    for (double v : a.values)
+      if (!std::isfinite(v)) bad(file.get<std::string>(), "holds NaN or Inf: initial parameters must be finite");
+    s.initial_params.push_back(Eigen::Map<const ref::Matrix<double>>(a.values.data(), p.rows, p.cols));
+  }
+
+  const nlohmann::json& runs = m.at("runs");
+  if (!runs.is_object() || !runs.contains("K_acc"))
+    bad("manifest.json", "\"runs\" needs \"K_acc\": the accumulated run to verify");
+  for (const auto& [key, value] : runs.items())
+    if (key != "K_acc" && key != "K_full" && key != "R_acc" && key != "R_full")
+      bad("manifest.json", "unknown run '" + key + "' (K_acc, K_full; R_acc and R_full as dumped)");
+  set.k_acc = read_run(reader, runs.at("K_acc"), "K_acc", s);
+  if (runs.contains("K_full")) set.k_full = read_run(reader, runs.at("K_full"), "K_full", s);
+  // Dumped reference runs and bounds are not used (verify recomputes them),
+  // but their files belong to the set.
+  const auto remember_all = [&](const nlohmann::json& j, const auto& self) -> void {
+    if (j.is_string()) reader.remember(j);
+    if (j.is_array() || j.is_object())
+      for (const auto& v : j) self(v, self);
+  };
+  for (const char* r : {"R_acc", "R_full"})
+    if (runs.contains(r)) remember_all(runs.at(r), remember_all);
+  if (m.contains("bounds")) remember_all(m.at("bounds"), remember_all);
+  reader.refuse_extra_files();
+  return set;
+}
+
+ScenarioResult verify_window_set(const WindowSet& set, const ErrorModel& model) {
+  const auto start = std::chrono::steady_clock::now();
+  const Scenario& scenario = set.scenario;
+  const Split full = full_batch_split(scenario.spec.split);
+  Runs runs;
+  runs.r_full = run_reference(scenario, full, model);
+  runs.r_acc = run_reference(scenario, scenario.spec.split, model);
+  runs.k_acc = set.k_acc;
+  if (set.k_full) {
+    runs.k_full = *set.k_full;
+    runs.r_full_at_k_full = run_reference_from(scenario, full, runs.k_full, model);
+  }
+  runs.r_acc_at_k_acc = run_reference_from(scenario, scenario.spec.split, runs.k_acc, model);
+  runs.r_full_at_k_acc = run_reference_from(scenario, full, runs.k_acc, model, /*impose_skips=*/true);
+  ScenarioResult result = judge(scenario, runs);
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+}  // namespace gradeq

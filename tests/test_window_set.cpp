@@ -1,0 +1,215 @@
+// The window-set format (harness/window_set.h): what --dump writes, verify
+// reads back and judges exactly as check did; a perturbed gradient fails
+// with its parameter, window and element named; every class of bad input
+// is refused with the file named.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/config.h"
+#include "harness/dump.h"
+#include "harness/suite.h"
+#include "harness/window_set.h"
+#include "kernels/cpu/cpu_backend.h"
+
+namespace gradeq {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("gradeq_window_set_" + name);
+  fs::remove_all(dir);
+  return dir;
+}
+
+// A default scenario's window set, as `gradeq check --scenario S --dump DIR` writes it.
+ScenarioResult dump(const std::string& scenario, const fs::path& dir) {
+  ScenarioSpec spec = *find_scenario(default_scenarios(), scenario);
+  const Scenario sc = materialize(spec);
+  CpuBackend cpu;
+  const Runs runs = execute(sc, cpu, correct_loop(), ErrorModel{});
+  write_window_set(dir, sc, runs, 1);
+  return judge(sc, runs);
+}
+
+nlohmann::json manifest(const fs::path& dir) {
+  std::ifstream in(dir / "manifest.json");
+  return nlohmann::json::parse(in);
+}
+void write_manifest(const fs::path& dir, const nlohmann::json& m) { std::ofstream(dir / "manifest.json") << m.dump(2); }
+
+std::vector<double> load(const fs::path& file) { return read_npy(file).values; }
+void store(const fs::path& file, const std::vector<long>& shape, const std::vector<double>& v) {
+  const std::vector<float> f(v.begin(), v.end());
+  write_npy(file, shape, std::span<const float>(f));
+}
+
+TEST(WindowSet, ScenarioConfigRoundTrips) {
+  for (const ScenarioSpec& s : default_scenarios()) {
+    const nlohmann::json j = scenario_to_json(s);
+    const ScenarioSpec back = scenario_from_json(j, "test");
+    EXPECT_EQ(describe_scenario(back), describe_scenario(s)) << s.name;
+    EXPECT_EQ(scenario_to_json(back), j) << s.name;
+  }
+}
+
+// Every default scenario: verify of its dump gives the verdicts check gave.
+TEST(WindowSet, VerifyOfEveryDefaultScenarioDumpPasses) {
+  for (const ScenarioSpec& s : default_scenarios()) {
+    const fs::path dir = fresh_dir("roundtrip");
+    const ScenarioResult checked = dump(s.name, dir);
+    ASSERT_TRUE(checked.passed()) << s.name;
+    const ScenarioResult verified = verify_window_set(read_window_set(dir), ErrorModel{});
+    EXPECT_TRUE(verified.passed()) << s.name << ": " << verified.first_failure();
+    for (const auto& [a, b] : {std::pair{&checked.math, &verified.math}, std::pair{&checked.kernel, &verified.kernel},
+                               std::pair{&checked.accumulation, &verified.accumulation}}) {
+      EXPECT_EQ(a->status, b->status) << s.name;
+      EXPECT_EQ(a->worst_ratio, b->worst_ratio) << s.name << " " << verdict_name(a->kind);
+    }
+  }
+}
+
+TEST(WindowSet, APerturbedGradientFailsWithItsParameterWindowAndElement) {
+  const fs::path dir = fresh_dir("perturbed");
+  dump("mlp_adamw_clip_warmup", dir);
+  const nlohmann::json m = manifest(dir);
+  const std::string file = m["runs"]["K_acc"]["windows"][1]["tensors"]["grad/layer0.weight"];
+  std::vector<double> g = load(dir / file);
+  const NpyArray a = read_npy(dir / file);
+  const long cols = a.shape[1], at = 2 * cols + 3;  // element [2, 3]
+  g[at] = static_cast<double>(static_cast<float>(g[at] * (1.0 + 1e-3)));
+  store(dir / file, a.shape, g);
+  const ScenarioResult r = verify_window_set(read_window_set(dir), ErrorModel{});
+  EXPECT_FALSE(r.passed());
+  const std::string why = r.first_failure();
+  EXPECT_NE(why.find("grad/layer0.weight"), std::string::npos) << why;
+  EXPECT_NE(why.find("window 1"), std::string::npos) << why;
+  EXPECT_NE(why.find("element [2, 3]"), std::string::npos) << why;
+}
+
+TEST(WindowSet, WithoutTheFullBatchRunKernelCorrectnessJudgesTheAccumulatedRun) {
+  const fs::path dir = fresh_dir("no_full");
+  dump("token_ce_padded_uneven", dir);
+  nlohmann::json m = manifest(dir);
+  for (const nlohmann::json* run : {&m["runs"]["K_full"], &m["bounds"]["K_full"]})
+    for (const auto& w : (*run)["windows"])
+      for (const auto& [name, file] : w["tensors"].items()) fs::remove(dir / file.get<std::string>());
+  m["runs"].erase("K_full");
+  m["bounds"].erase("K_full");
+  write_manifest(dir, m);
+  const ScenarioResult r = verify_window_set(read_window_set(dir), ErrorModel{});
+  EXPECT_TRUE(r.passed()) << r.first_failure();
+  for (const TensorCheck& c : r.kernel.checks) EXPECT_TRUE(c.name.starts_with("acc: ")) << c.name;
+  EXPECT_FALSE(r.kernel.checks.empty());
+}
+
+TEST(WindowSet, NonFiniteResultsFailTheVerdict) {
+  const fs::path dir = fresh_dir("nan");
+  dump("mlp_mse_equal", dir);
+  const std::string file = manifest(dir)["runs"]["K_acc"]["windows"][0]["tensors"]["grad/layer0.bias"];
+  const NpyArray a = read_npy(dir / file);
+  std::vector<double> g = a.values;
+  g[0] = std::nan("");
+  store(dir / file, a.shape, g);
+  const ScenarioResult r = verify_window_set(read_window_set(dir), ErrorModel{});
+  EXPECT_FALSE(r.passed());
+  EXPECT_NE(r.first_failure().find("non-finite"), std::string::npos) << r.first_failure();
+}
+
+// Each class of bad input: a WindowSetError whose message names the file
+// and says what is wrong.
+struct BadCase {
+  const char* what;
+  std::function<void(const fs::path&, nlohmann::json&)> spoil;  // edits the files and/or the manifest
+  const char* expect;                                           // in the message
+};
+
+TEST(WindowSet, BadInputIsRefusedWithTheFileNamed) {
+  const auto k_acc_file = [](const nlohmann::json& m, const char* tensor) {
+    return m["runs"]["K_acc"]["windows"][0]["tensors"][tensor].get<std::string>();
+  };
+  const std::vector<BadCase> cases = {
+      {"missing manifest", [](const fs::path& d, nlohmann::json&) { fs::remove(d / "manifest.json"); }, "manifest.json"},
+      {"manifest not JSON", [](const fs::path& d, nlohmann::json&) { std::ofstream(d / "manifest.json") << "{ nope"; },
+       "is not JSON"},
+      {"unknown schema version", [](const fs::path&, nlohmann::json& m) { m["schema_version"] = 99; }, "schema_version 99"},
+      {"wrong format", [](const fs::path&, nlohmann::json& m) { m["format"] = "something"; }, "format"},
+      {"unknown manifest key", [](const fs::path&, nlohmann::json& m) { m["extra"] = 1; }, "unknown key 'extra'"},
+      {"missing file",
+       [&](const fs::path& d, nlohmann::json& m) { fs::remove(d / k_acc_file(m, "grad/layer0.weight")); }, "is missing"},
+      {"extra file", [](const fs::path& d, nlohmann::json&) { fs::copy_file(d / "window0_inputs.npy", d / "stray.npy"); },
+       "stray.npy: is not named"},
+      {"misshapen file",
+       [&](const fs::path& d, nlohmann::json& m) {
+         store(d / k_acc_file(m, "grad/layer0.weight"), {2, 2}, {1, 2, 3, 4});
+       },
+       "has shape (2, 2), expected"},
+      {"truncated file",
+       [&](const fs::path& d, nlohmann::json& m) {
+         const fs::path f = d / k_acc_file(m, "param/layer0.weight");
+         fs::resize_file(f, fs::file_size(f) - 4);
+       },
+       "bytes of data"},
+      {"not a .npy file",
+       [&](const fs::path& d, nlohmann::json& m) { std::ofstream(d / k_acc_file(m, "param/layer0.bias")) << "hello"; },
+       "is not a .npy file"},
+      {"float64 values in a float32 tensor",
+       [&](const fs::path& d, nlohmann::json& m) {
+         const fs::path f = d / k_acc_file(m, "param/layer0.bias");
+         NpyArray a = read_npy(f);
+         a.values[0] += 1e-12;
+         write_npy(f, a.shape, std::span<const double>(a.values));
+       },
+       "is not a float32 number"},
+      {"integer gradients",
+       [&](const fs::path& d, nlohmann::json& m) {
+         const fs::path f = d / k_acc_file(m, "grad/layer0.bias");
+         NpyArray a = read_npy(f);
+         std::vector<std::int32_t> v(a.values.size(), 0);
+         write_npy(f, a.shape, std::span<const std::int32_t>(v));
+       },
+       "is int32; float32 or float64 expected"},
+      {"a tensor the scenario does not record",
+       [](const fs::path&, nlohmann::json& m) {
+         m["runs"]["K_acc"]["windows"][0]["tensors"]["grad/layer9.weight"] = "window0_inputs.npy";
+       },
+       "is not recorded by this scenario"},
+      {"a gradient of a skipped window",
+       [](const fs::path&, nlohmann::json& m) { m["runs"]["K_acc"]["windows"][0]["skipped"] = true; },
+       "is skipped but has a gradient"},
+      {"model contradicts the scenario",
+       [](const fs::path&, nlohmann::json& m) { m["model"]["layers"][0]["out_features"] = 99; },
+       "\"model\" contradicts"},
+      {"split contradicts the scenario",
+       [](const fs::path&, nlohmann::json& m) { m["windows"][0]["split"] = {1, 1}; }, "split contradicts"},
+      {"bad scenario key", [](const fs::path&, nlohmann::json& m) { m["scenario"]["learning_rat"] = 0.1; },
+       "unknown key 'learning_rat'"},
+      {"no accumulated run", [](const fs::path&, nlohmann::json& m) { m["runs"].erase("K_acc"); }, "K_acc"},
+      {"wrong number of windows",
+       [](const fs::path&, nlohmann::json& m) { m["runs"]["K_acc"]["windows"].erase(1); }, "windows, the scenario's split has"},
+      {"a file outside the directory",
+       [](const fs::path&, nlohmann::json& m) { m["windows"][0]["inputs"] = "../etc/passwd"; }, "is not a file name"},
+  };
+  for (const BadCase& c : cases) {
+    SCOPED_TRACE(c.what);
+    const fs::path dir = fresh_dir("bad");
+    dump("partial_last_window", dir);  // mse, two windows
+    nlohmann::json m = manifest(dir);
+    c.spoil(dir, m);
+    if (fs::exists(dir / "manifest.json") && std::string(c.what) != "manifest not JSON") write_manifest(dir, m);
+    try {
+      read_window_set(dir);
+      ADD_FAILURE() << "accepted";
+    } catch (const WindowSetError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.expect), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gradeq
