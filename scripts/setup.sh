@@ -9,6 +9,10 @@ cd "$(dirname "$0")/.."
 
 packages=(g++ cmake make pkg-config libeigen3-dev librapidcheck-dev libgtest-dev libgmock-dev
           libbenchmark-dev nlohmann-json3-dev libcli11-dev libfmt-dev libtomlplusplus-dev python3 python3-yaml)
+# GRADEQ_EXTRA_PACKAGES: more Debian packages for optional tests (CI sets
+# python3-numpy python3-torch for the torch label).
+# shellcheck disable=SC2206
+packages+=(${GRADEQ_EXTRA_PACKAGES:-})
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -38,6 +38,10 @@ expect 2 "suite" -- check --suite huge
 expect 2 "excludes|suite" -- check --suite scale --config "$0"
 expect 2 "requires --campaign" -- selftest --campaign-mutant-cases 5
 expect 2 "requires --campaign" -- selftest --threads 2
+expect 2 "not a directory" -- verify "$work/no_such_directory"
+mkdir -p "$work/empty"
+expect 2 "manifest.json: missing" -- verify "$work/empty"
+expect 2 "dir is required|required" -- verify
 expect 2 "campaign" -- selftest --campaign 0
 # Without a device (or without a CUDA build) cuda is an environment error
 # with the reason; with one, the same gate runs on it.

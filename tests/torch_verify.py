@@ -1,0 +1,160 @@
+"""A PyTorch accumulation loop, exported with python/gradeq_export.py and
+judged by `gradeq verify` (ctest label torch).
+
+    torch_verify.py GRADEQ correct|mean_of_means|batchnorm
+
+correct        Linear/GELU/LayerNorm, token cross-entropy over padded
+               sequences of varying length, an uneven split, AdamW,
+               clipping and warmup: the loss of each micro-batch is its
+               summed token loss over the window's token count. Must pass.
+mean_of_means  the same loop with the 2024 normalization bug: each
+               micro-batch's mean token loss, divided by the number of
+               micro-batches. Must fail, on the accumulation verdict, naming
+               the gradients.
+batchnorm      a BatchNorm model over micro-batches: BatchNorm's statistics
+               differ per micro-batch, so accumulation is an expected
+               divergence with its size, never a pass of equivalence.
+
+Exits 77 (ctest: skipped) with the reason where torch or numpy is missing.
+"""
+
+import copy
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError as e:  # ctest shows this line with the skip
+    print("SKIP: %s (install python3-torch and python3-numpy)" % e)
+    sys.exit(77)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import gradeq_export  # noqa: E402
+
+gradeq, mode = sys.argv[1], sys.argv[2]
+torch.manual_seed(7)
+rng = np.random.default_rng(7)
+torch.set_num_threads(2)
+
+
+def multiplier(step, warmup, total):  # gradeq's warmup-cosine schedule (reference/optimizers.h)
+    if step < warmup:
+        return step / warmup
+    return 0.5 * (1.0 + math.cos(math.pi * min((step - warmup) / (total - warmup), 1.0)))
+
+
+if mode in ("correct", "mean_of_means"):
+    positions, features, classes = 8, 16, 11
+    split = [[3, 5, 2], [4, 4]]
+    model = nn.Sequential(nn.Linear(features, 32), nn.GELU(approximate="tanh"), nn.LayerNorm(32),
+                          nn.Linear(32, classes))
+    scenario = {"name": "torch_" + mode, "input_features": features, "positions": positions, "loss": "cross_entropy",
+                "split": split, "optimizer": "adamw", "learning_rate": 0.01, "betas": [0.9, 0.999], "eps": 1e-8,
+                "weight_decay": 0.01, "clip_max_norm": 0.5, "warmup_steps": 1, "total_steps": 10,
+                "normalization": "global_count"}
+
+    def window_data(samples):
+        x = rng.standard_normal((samples * positions, features)).astype(np.float32)
+        y = rng.integers(0, classes, samples * positions)
+        for s in range(samples):  # a sequence of 2..positions tokens, then padding
+            length = rng.integers(2, positions + 1)
+            y[s * positions + length:(s + 1) * positions] = gradeq_export.IGNORE_CLASS
+        return torch.from_numpy(x), torch.from_numpy(y)
+else:
+    positions, features = 1, 8
+    split = [[4, 4], [2, 6]]
+    model = nn.Sequential(nn.Linear(features, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 3))
+    scenario = {"name": "torch_batchnorm", "input_features": features, "loss": "mse", "split": split,
+                "optimizer": "sgd", "learning_rate": 0.1, "momentum": 0.9}
+
+    def window_data(samples):
+        x = rng.standard_normal((samples, features)).astype(np.float32)
+        t = rng.standard_normal((samples, 3)).astype(np.float32)
+        return torch.from_numpy(x), torch.from_numpy(t)
+
+windows = [window_data(sum(w)) for w in split]
+initial = copy.deepcopy(model.state_dict())
+
+
+def run(recorder_run, micro_batches_of, writer=None):
+    m = copy.deepcopy(model)
+    m.load_state_dict(initial)
+    if scenario["optimizer"] == "adamw":
+        opt = torch.optim.AdamW(m.parameters(), lr=scenario["learning_rate"], betas=tuple(scenario["betas"]),
+                                eps=scenario["eps"], weight_decay=scenario["weight_decay"])
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda step: multiplier(step, scenario["warmup_steps"], scenario["total_steps"]))
+    else:
+        opt = torch.optim.SGD(m.parameters(), lr=scenario["learning_rate"], momentum=scenario["momentum"])
+        sched = None
+    rec = gradeq_export.TorchRecorder(out, m, opt, scenario, run=recorder_run, writer=writer)
+    for (x, y), sizes in zip(windows, micro_batches_of):
+        opt.zero_grad()
+        rows = [s * positions for s in sizes]
+        tokens = int((y != gradeq_export.IGNORE_CLASS).sum()) if scenario["loss"] == "cross_entropy" else len(y)
+        first = 0
+        for r in rows:
+            xb, yb = x[first:first + r], y[first:first + r]
+            first += r
+            rec.micro_batch(xb, yb)
+            out_b = m(xb)
+            if scenario["loss"] == "mse":
+                loss = F.mse_loss(out_b, yb, reduction="sum") / out_b.shape[1] / tokens
+            elif mode == "mean_of_means":  # the bug: mean over the micro-batch's tokens, then 1/N
+                loss = F.cross_entropy(out_b, yb, ignore_index=gradeq_export.IGNORE_CLASS) / len(rows)
+            else:
+                loss = F.cross_entropy(out_b, yb, ignore_index=gradeq_export.IGNORE_CLASS, reduction="sum") / tokens
+            loss.backward()
+        if "clip_max_norm" in scenario:
+            torch.nn.utils.clip_grad_norm_(m.parameters(), scenario["clip_max_norm"])
+        rec.before_step()
+        opt.step()
+        if sched:
+            sched.step()
+        rec.after_step()
+    return rec
+
+
+out = tempfile.mkdtemp(prefix="gradeq_torch_")
+acc = run("K_acc", split)
+full = run("K_full", [[sum(w)] for w in split], writer=acc.writer)
+acc.close()
+
+report = os.path.join(out, "report")
+p = subprocess.run([gradeq, "verify", out, "--report", report], capture_output=True, text=True)
+print(p.stdout + p.stderr)
+with open(os.path.join(report, "report.json")) as f:
+    verdicts = {v["verdict"]: v for v in json.load(f)["scenarios"][0]["verdicts"]}
+acc_verdict = verdicts["accumulation equivalence"]
+failed = [t["tensor"] for t in acc_verdict["tensors"] if t["worst_ratio"] > 1.0]
+
+
+def require(ok, what):
+    if not ok:
+        print("FAIL: " + what)
+        sys.exit(1)
+
+
+if mode == "correct":
+    require(p.returncode == 0, "the correct loop does not pass gradeq verify (exit %d)" % p.returncode)
+    require(all(v["status"] == "pass" for v in verdicts.values()), "a verdict of the correct loop is not a pass")
+elif mode == "mean_of_means":
+    require(p.returncode == 1, "the mean-of-means loop is not caught (exit %d)" % p.returncode)
+    require(acc_verdict["status"] == "FAIL", "accumulation equivalence does not fail")
+    require(any(t.startswith("grad/") for t in failed), "the report names no failing gradient: %s" % failed)
+    print("accumulation equivalence fails on: " + ", ".join(failed))
+else:
+    require(p.returncode == 0, "the BatchNorm loop is refused (exit %d)" % p.returncode)
+    require(acc_verdict["status"] == "expected divergence",
+            "BatchNorm accumulation is '%s', not an expected divergence" % acc_verdict["status"])
+    require(acc_verdict["worst_ratio"] > 1.0, "the divergence has no size")
+    require(verdicts["kernel correctness"]["status"] == "pass", "kernel correctness of the BatchNorm loop fails")
+    print("BatchNorm: expected divergence, %.3g x its bound" % acc_verdict["worst_ratio"])
+print("ok: " + mode)
