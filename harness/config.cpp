@@ -92,7 +92,8 @@ ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::
       "name", "input_features", "positions", "layers", "loss", "data", "split", "learning_rate", "seed",
       "normalization", "compute_dtype", "accumulate_dtype", "optimizer", "momentum", "dampening", "nesterov",
       "weight_decay", "betas", "eps", "clip_max_norm", "warmup_steps", "total_steps", "loss_scale",
-      "dynamic_loss_scale", "growth_interval", "compensated", "norm_eps", "batchnorm_momentum"};
+      "dynamic_loss_scale", "growth_interval", "compensated", "norm_eps", "batchnorm_momentum", "tf32",
+      "reduced_precision_reduction"};
   for (const auto& [key, value] : t)
     if (!known.count(std::string(key.str()))) fail(where, "unknown key '" + std::string(key.str()) + "'");
   for (const char* required : {"name", "input_features", "layers", "split"})
@@ -181,6 +182,8 @@ ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::
   if (const toml::node* n = t.get("growth_interval"))
     s.procedure.loss_scaling.growth_interval = positive_integer(*n, where, "growth_interval");
   flag("compensated", s.procedure.compensated);
+  flag("tf32", s.precision.tf32);
+  flag("reduced_precision_reduction", s.precision.reduced_precision_reduction);
   number("norm_eps", s.model.norm_eps);
   number("batchnorm_momentum", s.model.bn_momentum);
   try {
@@ -250,6 +253,8 @@ nlohmann::json scenario_to_json(const ScenarioSpec& s) {
       {"compute_dtype", std::string(dtype_name(s.precision.compute))},
       {"accumulate_dtype", std::string(dtype_name(s.precision.accumulate))},
       {"compensated", p.compensated},
+      {"tf32", s.precision.tf32},
+      {"reduced_precision_reduction", s.precision.reduced_precision_reduction},
       {"optimizer", o.kind == ref::OptimizerKind::sgd ? "sgd" : o.kind == ref::OptimizerKind::adam ? "adam" : "adamw"},
       {"learning_rate", o.lr},
       {"weight_decay", o.weight_decay},

@@ -26,6 +26,8 @@
 //   total_steps = 100
 //   loss_scale = 65536                  # a power of two; dynamic_loss_scale = true
 //   growth_interval = 2000              # to grow it after this many good steps
+//   tf32 = false                        # an external run's GEMMs read TF32 operands
+//   reduced_precision_reduction = false # its GEMMs may reduce in the compute dtype
 //   norm_eps = 1e-5                     # every normalizer's eps (PyTorch's default)
 //   batchnorm_momentum = 0.1            # weight of a batch in the running statistics
 #pragma once

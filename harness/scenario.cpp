@@ -143,7 +143,9 @@ std::string describe_scenario(const ScenarioSpec& s) {
   std::ostringstream os;
   os << "model: " << ref::describe(s.model) << "; data: " << data_kind_name(s.data)
      << "; split: " << describe_split(s.split) << "; " << describe_procedure(s.procedure)
-     << "; compute: " << dtype_name(s.precision.compute) << ", accumulate: " << dtype_name(s.precision.accumulate)
+     << "; compute: " << dtype_name(s.precision.compute) << (s.precision.tf32 ? " (TF32 GEMMs)" : "")
+     << (s.precision.reduced_precision_reduction ? " (reduced-precision reductions)" : "")
+     << ", accumulate: " << dtype_name(s.precision.accumulate)
      << "; seed: " << s.seed;
   return os.str();
 }

@@ -30,6 +30,9 @@ std::string data_kind_name(DataKind k);
 struct PrecisionSpec {
   DType compute = DType::f32;     // activations and the compute copy of the weights
   DType accumulate = DType::f32;  // the gradient accumulation buffer
+  // What an external run declares of its arithmetic (docs/NUMERICS.md §11):
+  bool tf32 = false;                         // GEMMs read float32 operands as TF32 (10-bit mantissa)
+  bool reduced_precision_reduction = false;  // GEMM reductions may accumulate in the compute dtype
 };
 
 // A split: the micro-batch sizes (in samples) of each window. One window is

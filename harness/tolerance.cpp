@@ -1,6 +1,7 @@
 // tolerance.cpp — dtype facts into the reference's RoundingModel.
 #include "harness/tolerance.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -36,6 +37,13 @@ ref::RoundingModel rounding_model_for(const PrecisionSpec& precision, const Erro
   r.compute = storage_format(precision.compute);
   r.accumulate = storage_format(precision.accumulate);
   r.master = storage_format(DType::f32);
+  // Declared arithmetic (NUMERICS §11). TF32: every GEMM operand rounded to
+  // 11 significant bits on the way in (ties away or to even: u bounds both).
+  if (precision.tf32) r.gemm_operand = {0x1p-11, 0x1p-150, 11, -126, HUGE_VAL};
+  // Reduced-precision reductions: partial sums in the compute dtype. Applied
+  // to every reduction, not only the GEMMs': sound, and looser than needed.
+  if (precision.reduced_precision_reduction)
+    r.reduction_u = std::max(r.reduction_u, dtype_facts(precision.compute).unit_roundoff);
   return r;
 }
 

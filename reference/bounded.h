@@ -29,6 +29,7 @@ enum class Storage {
   compute,     // activations, their gradients, compute copies of weights
   accumulate,  // the gradient accumulation buffer
   master,      // master weights and optimizer state (float32)
+  gemm_operand,  // a GEMM's operands as the GEMM reads them (TF32: 11 bits); float32 otherwise
 };
 
 // How a reduction of n terms is bounded (docs/NUMERICS.md §2).
@@ -36,6 +37,8 @@ enum class ReductionBound {
   deterministic,  // gamma_n = n u / (1 - n u): holds for every summation order
   probabilistic,  // lambda * sqrt(n) * u: holds with high probability
 };
+
+inline constexpr double kNoOverflow = std::numeric_limits<double>::infinity();
 
 struct StorageFormat {
   double unit_roundoff = 0x1p-24;
@@ -87,11 +90,13 @@ struct RoundingModel {
   ReductionBound reduction = ReductionBound::deterministic;
   double confidence = 6.0;        // lambda of the probabilistic form
   StorageFormat compute, accumulate, master;
+  StorageFormat gemm_operand{0.0, 0.0, 24, -126, kNoOverflow};  // no rounding unless TF32
 
   const StorageFormat& format(Storage s) const {
     switch (s) {
       case Storage::compute: return compute;
       case Storage::accumulate: return accumulate;
+      case Storage::gemm_operand: return gemm_operand;
       case Storage::master: break;
     }
     return master;

@@ -8,6 +8,8 @@
 // through reduce<T>() or matmul() so that T = Bounded bounds it. No I/O, no harness types.
 #pragma once
 
+#include <type_traits>
+
 #include "reference/bounded.h"
 #include "reference/matmul.h"
 #include "reference/tensor.h"
@@ -16,11 +18,24 @@ namespace gradeq::ref {
 
 // ---------------------------------------------------------------- Linear
 
+// A product as the kernel's GEMM computes it: by the dot-product rule, on
+// operands read at the GEMM's input precision. With TF32 (an external
+// run's declaration) each operand element is rounded once more on the way
+// in, bounded as a store (values unchanged); otherwise nothing is added.
+template <class T>
+Matrix<T> gemm(const Matrix<T>& a, const Matrix<T>& b) {
+  if constexpr (std::is_same_v<T, Bounded>) {
+    if (rounding_model().gemm_operand.unit_roundoff > 0.0)
+      return matmul(stored(a, Storage::gemm_operand), stored(b, Storage::gemm_operand));
+  }
+  return matmul(a, b);
+}
+
 // y = x W^T + b: the product by the dot-product rule (reference/dot.h),
 // then the bias added element by element.
 template <class T>
 Matrix<T> linear_forward(const Matrix<T>& x, const Matrix<T>& w, const Matrix<T>& b) {
-  Matrix<T> y = matmul(x, transposed(w));
+  Matrix<T> y = gemm(x, transposed(w));
   for (long i = 0; i < y.rows(); ++i)
     for (long o = 0; o < y.cols(); ++o) y(i, o) = y(i, o) + b(0, o);
   return y;
@@ -34,7 +49,7 @@ struct LinearGrads {
 // dx = dy W and dW = dy^T x by the dot-product rule; db = column sums of dy.
 template <class T>
 LinearGrads<T> linear_backward(const Matrix<T>& x, const Matrix<T>& w, const Matrix<T>& dy) {
-  LinearGrads<T> g{matmul(dy, w), matmul(transposed(dy), x), Matrix<T>(1, w.rows())};
+  LinearGrads<T> g{gemm(dy, w), gemm(transposed(dy), x), Matrix<T>(1, w.rows())};
   for (long o = 0; o < w.rows(); ++o) g.db(0, o) = reduce<T>(x.rows(), [&](long i) { return dy(i, o); });
   return g;
 }

@@ -1,7 +1,7 @@
 """A PyTorch accumulation loop, exported with python/gradeq_export.py and
 judged by `gradeq verify` (ctest label torch).
 
-    torch_verify.py GRADEQ correct|mean_of_means|batchnorm
+    torch_verify.py GRADEQ correct|mean_of_means|batchnorm|tf32
 
 correct        Linear/GELU/LayerNorm, token cross-entropy over padded
                sequences of varying length, an uneven split, AdamW,
@@ -14,6 +14,9 @@ mean_of_means  the same loop with the 2024 normalization bug: each
 batchnorm      a BatchNorm model over micro-batches: BatchNorm's statistics
                differ per micro-batch, so accumulation is an expected
                divergence with its size, never a pass of equivalence.
+tf32           the correct loop with every GEMM reading TF32 operands (as
+               cuBLAS does with allow_tf32; emulated here): passes when the
+               manifest declares tf32 = true, fails when it does not.
 
 Exits 77 (ctest: skipped) with the reason where torch or numpy is missing.
 """
@@ -50,11 +53,37 @@ def multiplier(step, warmup, total):  # gradeq's warmup-cosine schedule (referen
     return 0.5 * (1.0 + math.cos(math.pi * min((step - warmup) / (total - warmup), 1.0)))
 
 
-if mode in ("correct", "mean_of_means"):
+def tf32(t):
+    """float32 -> TF32 (10 explicit mantissa bits), round to nearest even, as float32."""
+    bits = t.contiguous().view(torch.int32)
+    rounded = (bits + 0xFFF + ((bits >> 13) & 1)) & ~0x1FFF
+    return rounded.view(torch.float32)
+
+
+class TF32Linear(torch.autograd.Function):
+    """A linear layer whose three GEMMs read TF32 operands and accumulate in float32."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        ctx.save_for_backward(x, w)
+        return tf32(x) @ tf32(w).t() + b
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        return tf32(dy) @ tf32(w), tf32(dy).t() @ tf32(x), dy.sum(0)
+
+
+class Linear32(nn.Linear):
+    def forward(self, x):
+        return TF32Linear.apply(x, self.weight, self.bias)
+
+
+if mode in ("correct", "mean_of_means", "tf32"):
     positions, features, classes = 8, 16, 11
     split = [[3, 5, 2], [4, 4]]
-    model = nn.Sequential(nn.Linear(features, 32), nn.GELU(approximate="tanh"), nn.LayerNorm(32),
-                          nn.Linear(32, classes))
+    Lin = Linear32 if mode == "tf32" else nn.Linear
+    model = nn.Sequential(Lin(features, 32), nn.GELU(approximate="tanh"), nn.LayerNorm(32), Lin(32, classes))
     scenario = {"name": "torch_" + mode, "input_features": features, "positions": positions, "loss": "cross_entropy",
                 "split": split, "optimizer": "adamw", "learning_rate": 0.01, "betas": [0.9, 0.999], "eps": 1e-8,
                 "weight_decay": 0.01, "clip_max_norm": 0.5, "warmup_steps": 1, "total_steps": 10,
@@ -127,13 +156,24 @@ acc = run("K_acc", split)
 full = run("K_full", [[sum(w)] for w in split], writer=acc.writer)
 acc.close()
 
-report = os.path.join(out, "report")
-p = subprocess.run([gradeq, "verify", out, "--report", report], capture_output=True, text=True)
-print(p.stdout + p.stderr)
-with open(os.path.join(report, "report.json")) as f:
-    verdicts = {v["verdict"]: v for v in json.load(f)["scenarios"][0]["verdicts"]}
-acc_verdict = verdicts["accumulation equivalence"]
-failed = [t["tensor"] for t in acc_verdict["tensors"] if t["worst_ratio"] > 1.0]
+
+
+def verify():
+    report = os.path.join(out, "report")
+    p = subprocess.run([gradeq, "verify", out, "--report", report], capture_output=True, text=True)
+    print(p.stdout + p.stderr)
+    with open(os.path.join(report, "report.json")) as f:
+        verdicts = {v["verdict"]: v for v in json.load(f)["scenarios"][0]["verdicts"]}
+    return p, verdicts
+
+
+def declare(**keys):  # the manifest's scenario, as the run declares its arithmetic
+    path = os.path.join(out, "manifest.json")
+    with open(path) as f:
+        manifest = json.load(f)
+    manifest["scenario"].update(keys)
+    with open(path, "w") as f:
+        json.dump(manifest, f, indent=2)
 
 
 def require(ok, what):
@@ -142,7 +182,16 @@ def require(ok, what):
         sys.exit(1)
 
 
-if mode == "correct":
+if mode == "tf32":
+    p, verdicts = verify()
+    require(p.returncode == 1 and verdicts["kernel correctness"]["status"] == "FAIL",
+            "TF32 GEMMs pass although the run declares float32 GEMMs (exit %d)" % p.returncode)
+    declare(tf32=True)
+p, verdicts = verify()
+acc_verdict = verdicts["accumulation equivalence"]
+failed = [t["tensor"] for t in acc_verdict["tensors"] if t["worst_ratio"] > 1.0]
+
+if mode in ("correct", "tf32"):
     require(p.returncode == 0, "the correct loop does not pass gradeq verify (exit %d)" % p.returncode)
     require(all(v["status"] == "pass" for v in verdicts.values()), "a verdict of the correct loop is not a pass")
 elif mode == "mean_of_means":
