@@ -90,6 +90,13 @@ ref::TrainingState<Bounded> state_from(const Scenario& s, const ref::ProcedureCo
   return state;
 }
 
+// The state the first window starts from: a fresh optimizer, or the
+// scenario's own initial state.
+ref::TrainingState<Bounded> start_of(const Scenario& s, const ref::ProcedureConfig& config) {
+  return s.initial_state ? state_from(s, config, *s.initial_state)
+                         : ref::initial_state<Bounded>(s.spec.model, config, s.initial_params);
+}
+
 }  // namespace
 
 ReferenceRun run_reference(const Scenario& scenario, const Split& split, const ErrorModel& model) {
@@ -98,8 +105,7 @@ ReferenceRun run_reference(const Scenario& scenario, const Split& split, const E
   const ref::ScopedRoundingModel scope(rounding);
   const ref::ModelSpec& spec = scenario.spec.model;
   const ref::ProcedureConfig config = procedure_of(scenario);
-  const auto results = ref::run_trajectory(spec, config, ref::initial_state<Bounded>(spec, config, scenario.initial_params),
-                                           scenario.windows, split);
+  const auto results = ref::run_trajectory(spec, config, start_of(scenario, config), scenario.windows, split);
   ReferenceRun out;
   for (const auto& r : results) out.windows.push_back(to_window(scenario.schema, r));
   return out;
@@ -114,8 +120,7 @@ ReferenceWindow run_reference_window(const Scenario& scenario, std::size_t w, co
   const ref::ScopedRoundingModel scope(rounding);
   const ref::ModelSpec& spec = scenario.spec.model;
   const ref::ProcedureConfig config = procedure_of(scenario);
-  ref::TrainingState<Bounded> start = before ? state_from(scenario, config, *before)
-                                             : ref::initial_state<Bounded>(spec, config, scenario.initial_params);
+  ref::TrainingState<Bounded> start = before ? state_from(scenario, config, *before) : start_of(scenario, config);
   return to_window(scenario.schema, ref::run_window(spec, config, std::move(start), scenario.windows[w], micro_batches,
                                                   rule));
 }

@@ -236,7 +236,7 @@ std::uint64_t name_seed(std::uint64_t run_seed, const std::string& name) {
 Scenario materialize(const ScenarioSpec& spec) {
   validate(spec);
   SeededRandom rng(spec.seed);
-  Scenario s{spec, run_schema(spec), initial_parameters(spec, rng), {}};
+  Scenario s{spec, run_schema(spec), initial_parameters(spec, rng), {}, std::nullopt};
   for (const auto& window : spec.split)
     s.windows.push_back(make_window(spec, rng, std::accumulate(window.begin(), window.end(), 0L)));
   return s;

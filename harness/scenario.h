@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,10 @@ struct Scenario {
   RunSchema schema;  // what every run of it records
   ref::Tensors<double> initial_params;
   std::vector<ref::Batch> windows;  // one batch per window, in order
+  // Where the first window starts when it is not a fresh optimizer: the
+  // schema's non-gradient entries (parameters, optimizer state, running
+  // statistics, counters), e.g. a window set exported mid-training.
+  std::optional<KernelWindow> initial_state;
 };
 
 Scenario materialize(const ScenarioSpec& spec);

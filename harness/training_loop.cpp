@@ -134,6 +134,8 @@ void TrainingLoop::allocate(const Scenario& s, long max_rows) {
 KernelRun TrainingLoop::run(const Scenario& scenario, const Split& split) {
   scenario_ = &scenario;
   if (split.size() != scenario.windows.size()) throw std::invalid_argument("run: split and data disagree on windows");
+  if (scenario.initial_state)
+    throw std::invalid_argument("run: the training loop starts from a fresh optimizer; this scenario starts from a given state");
   long max_rows = 0;
   for (const auto& w : split)
     max_rows = std::max(max_rows, *std::max_element(w.begin(), w.end()) * scenario.spec.model.positions);

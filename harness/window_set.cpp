@@ -195,9 +195,13 @@ int write_window_set(const std::filesystem::path& dir, const Scenario& scenario,
     if (b.targets.size() > 0)
       j["targets"] = write(prefix + "targets.npy", {b.targets.rows(), b.targets.cols()},
                            std::vector<double>(b.targets.data(), b.targets.data() + b.targets.size()));
-    if (!b.classes.empty())
+    if (!b.classes.empty()) {
       j["classes"] = write(prefix + "classes.npy", {static_cast<long>(b.classes.size())},
                            std::vector<std::int32_t>(b.classes.begin(), b.classes.end()));
+      std::vector<std::int32_t> mask;  // 1 for a token that counts, 0 for padding
+      for (int c : b.classes) mask.push_back(c != ref::kIgnoreClass);
+      j["mask"] = write(prefix + "mask.npy", {static_cast<long>(mask.size())}, mask);
+    }
     windows.push_back(j);
   }
   m["windows"] = windows;
@@ -474,6 +478,14 @@ WindowSet read_window_set(const std::filesystem::path& dir) {
                       ") and is not the padding class -100");
         b.classes.push_back(static_cast<int>(v));
       }
+      if (j.contains("mask")) {  // optional; where given it must say what the classes say
+        const NpyArray mask = reader.array(j.at("mask"), at + " mask");
+        const std::string mf = j.at("mask").get<std::string>();
+        expect_shape(mask, {rows}, mf, "mask");
+        for (std::size_t i = 0; i < mask.values.size(); ++i)
+          if (mask.values[i] != (b.classes[i] != ref::kIgnoreClass ? 1.0 : 0.0))
+            bad(mf, "row " + std::to_string(i) + " contradicts the classes (mask 1 = a token that counts, 0 = class -100)");
+      }
     }
     for (double v : x.values)
       if (!std::isfinite(v)) bad(xf, "holds NaN or Inf: inputs must be finite");
@@ -497,6 +509,46 @@ WindowSet read_window_set(const std::filesystem::path& dir) {
     for (double v : a.values)
       if (!std::isfinite(v)) bad(file.get<std::string>(), "holds NaN or Inf: initial parameters must be finite");
     s.initial_params.push_back(Eigen::Map<const ref::Matrix<double>>(a.values.data(), p.rows, p.cols));
+  }
+
+  // The optimizer state, running statistics and counters the first window
+  // starts from, where the run did not start fresh: given entries are read,
+  // the others take their fresh values (zeros; running variance 1; the
+  // scenario's loss scale).
+  for (const auto& [key, value] : initial.items())
+    if (key != "parameters" && key != "state") bad("manifest.json", "unknown key 'initial." + key + "'");
+  if (initial.contains("state")) {
+    const nlohmann::json& state = initial.at("state");
+    if (!state.is_object()) bad("manifest.json", "\"initial.state\" must map entries to files");
+    KernelWindow start;
+    std::set<std::string> used;
+    for (const RecordEntry& e : s.schema.entries) {
+      if (e.kind == RecordKind::gradient) continue;
+      std::vector<double> values(static_cast<std::size_t>(e.rows * e.cols), 0.0);
+      if (e.kind == RecordKind::parameter) {
+        const ref::Matrix<double>& p = s.initial_params[e.index];
+        values.assign(p.data(), p.data() + p.size());
+      } else if (state.contains(e.name)) {
+        used.insert(e.name);
+        const NpyArray a = reader.array(state.at(e.name), "initial state " + e.name);
+        const std::string file = state.at(e.name).get<std::string>();
+        expect_floats(a, file);
+        expect_shape(a, {e.rows, e.cols}, file, e.name);
+        for (double v : a.values)
+          if (!std::isfinite(v)) bad(file, "holds NaN or Inf: the initial state must be finite");
+        values = a.values;
+      } else if (e.kind == RecordKind::statistic) {
+        values.assign(values.size(), ref::initial_buffer_value(s.schema.buffers[e.index]));
+      } else if (e.kind == RecordKind::counter && e.counter == Counter::loss_scale) {
+        values.assign(1, s.spec.procedure.loss_scaling.scale);
+      }
+      start.tensors.push_back({e.name, e.kind, e.rows, e.cols, values});
+    }
+    for (const auto& [key, value] : state.items())
+      if (!used.count(key))
+        bad("manifest.json", "initial state '" + key + "' is not optimizer state, a running statistic or a counter of "
+                             "this scenario");
+    s.initial_state = std::move(start);
   }
 
   const nlohmann::json& runs = m.at("runs");

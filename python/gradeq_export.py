@@ -73,6 +73,7 @@ class WindowSetWriter:
                 os.remove(os.path.join(directory, f))
         self.windows = []
         self.initial = {}
+        self.initial_state = {}
         self.runs = {}
 
     def _save(self, file, array):
@@ -81,6 +82,11 @@ class WindowSetWriter:
 
     def set_initial(self, name, value):
         self.initial[name] = self._save("initial_%s.npy" % name, _as_matrix(value, np.float32))
+
+    def set_initial_state(self, entry, value):
+        """The state the first window starts from, where it is not fresh:
+        "state/layer0.weight.exp_avg", "stats/layer1.running_mean", "state/step", ..."""
+        self.initial_state[entry] = self._save(_file("initial", 0, entry), _as_matrix(value, np.float32))
 
     def add_window(self, inputs, targets=None, classes=None, split=None):
         w = len(self.windows)
@@ -109,8 +115,11 @@ class WindowSetWriter:
     def close(self):
         runs = {name: {"role": "kernel", "split": "accumulated" if name == "K_acc" else "full", "windows": ws}
                 for name, ws in self.runs.items()}
+        initial = {"parameters": self.initial}
+        if self.initial_state:
+            initial["state"] = self.initial_state
         manifest = {"format": FORMAT, "schema_version": SCHEMA_VERSION, "scenario": self.scenario,
-                    "windows": self.windows, "initial": {"parameters": self.initial}, "runs": runs}
+                    "windows": self.windows, "initial": initial, "runs": runs}
         with open(os.path.join(self.directory, "manifest.json"), "w") as f:
             json.dump(manifest, f, indent=2)
 
@@ -160,7 +169,7 @@ class TorchRecorder:
 
     _STATE = {"momentum_buffer": "momentum_buffer", "exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq"}
 
-    def __init__(self, directory, model, optimizer, scenario, run="K_acc", writer=None):
+    def __init__(self, directory, model, optimizer, scenario, run="K_acc", writer=None, steps_taken=0):
         self.model = model
         self.optimizer = optimizer
         self.run = run
@@ -169,7 +178,7 @@ class TorchRecorder:
         scenario.setdefault("layers", layers_of(model))
         self.writer = writer or WindowSetWriter(directory, scenario)
         self.window = 0
-        self.steps = 0
+        self.steps = steps_taken  # optimizer steps before the first recorded window
         self._inputs, self._targets, self._sizes = [], [], []
         self.positions = int(scenario.get("positions", 1))
         self.cross_entropy = scenario.get("loss", "mse") == "cross_entropy"
@@ -177,6 +186,12 @@ class TorchRecorder:
         if not self.writer.initial:
             for name, p in model.named_parameters():
                 self.writer.set_initial(self.names[name], p.detach().cpu().numpy())
+            # A loop recorded mid-training starts from its optimizer's state.
+            state = self._state_tensors()
+            if state or steps_taken:
+                for entry, value in state.items():
+                    self.writer.set_initial_state(entry, value)
+                self.writer.set_initial_state("state/step", np.array([[steps_taken]], dtype=np.float32))
 
     def micro_batch(self, inputs, targets):
         """inputs [rows, features]; targets [rows, outputs] (mse) or classes [rows] (-100 = padding)."""
@@ -197,15 +212,8 @@ class TorchRecorder:
         if not skipped:
             self.steps += 1
         for n, p in self.model.named_parameters():
-            g = self.names[n]
-            tensors["param/" + g] = p.detach().cpu().numpy()
-            for key, suffix in self._STATE.items():
-                state = self.optimizer.state.get(p, {})
-                if key in state and state[key] is not None:
-                    tensors["state/%s.%s" % (g, suffix)] = state[key].detach().cpu().numpy()
-        for n, b in self.model.named_buffers():
-            if n.endswith("running_mean") or n.endswith("running_var"):
-                tensors["stats/layer" + n] = b.detach().cpu().numpy()
+            tensors["param/" + self.names[n]] = p.detach().cpu().numpy()
+        tensors.update(self._state_tensors())
         tensors["state/step"] = np.array([[self.steps]], dtype=np.float32)
         if self.run == "K_acc" or len(self.writer.windows) <= self.window:
             y = np.concatenate(self._targets)
@@ -217,6 +225,19 @@ class TorchRecorder:
         self.writer.add_result(self.run, self.window, tensors, skipped=skipped)
         self.window += 1
         self._inputs, self._targets, self._sizes, self._grads = [], [], [], None
+
+    def _state_tensors(self):
+        """Optimizer state and BatchNorm running statistics, by gradeq entry name."""
+        out = {}
+        for n, p in self.model.named_parameters():
+            state = self.optimizer.state.get(p, {})
+            for key, suffix in self._STATE.items():
+                if key in state and state[key] is not None:
+                    out["state/%s.%s" % (self.names[n], suffix)] = state[key].detach().cpu().numpy()
+        for n, b in self.model.named_buffers():
+            if n.endswith("running_mean") or n.endswith("running_var"):
+                out["stats/layer" + n] = b.detach().cpu().numpy()
+        return out
 
     def close(self):
         self.writer.close()

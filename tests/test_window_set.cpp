@@ -213,3 +213,59 @@ TEST(WindowSet, BadInputIsRefusedWithTheFileNamed) {
 
 }  // namespace
 }  // namespace gradeq
+
+namespace gradeq {
+namespace {
+
+// A window set cut from the middle of a run: its one window starts from
+// the state K_acc reached after window 0 (weights, Adam's moments, the
+// step count), given as the initial state. Verify judges it exactly as it
+// judged window 1 of the whole run.
+TEST(WindowSet, AWindowFromTheMiddleOfARunStartsFromItsInitialState) {
+  const fs::path whole = fresh_dir("whole"), cut = fresh_dir("cut");
+  dump("mlp_adamw_clip_warmup", whole);
+  const ScenarioResult all = verify_window_set(read_window_set(whole), ErrorModel{});
+  ASSERT_TRUE(all.passed()) << all.first_failure();
+
+  nlohmann::json m = manifest(whole);
+  fs::create_directories(cut);
+  const auto copy = [&](const std::string& file) {
+    fs::copy_file(whole / file, cut / file);
+    return file;
+  };
+  nlohmann::json out = m;
+  out.erase("bounds");
+  out.erase("model");
+  out["scenario"]["split"] = {m["scenario"]["split"][1]};
+  out["windows"] = {m["windows"][1]};
+  copy(m["windows"][1]["inputs"]);
+  copy(m["windows"][1]["targets"]);
+  const nlohmann::json& after0 = m["runs"]["K_acc"]["windows"][0]["tensors"];
+  out["initial"] = {{"parameters", nlohmann::json::object()}, {"state", nlohmann::json::object()}};
+  for (const auto& [name, file] : after0.items()) {
+    if (name.starts_with("param/")) out["initial"]["parameters"][name.substr(6)] = copy(file);
+    if (name.starts_with("state/")) out["initial"]["state"][name] = copy(file);
+  }
+  out["runs"] = {{"K_acc", {{"windows", {m["runs"]["K_acc"]["windows"][1]}}}}};
+  for (const auto& [name, file] : m["runs"]["K_acc"]["windows"][1]["tensors"].items()) copy(file);
+  write_manifest(cut, out);
+
+  const ScenarioResult one = verify_window_set(read_window_set(cut), ErrorModel{});
+  EXPECT_TRUE(one.passed()) << one.first_failure();
+  // Window 1 of the whole run, judged again as window 0 of the cut set.
+  for (const auto& [a, b] : {std::pair{&all.kernel, &one.kernel}, std::pair{&all.accumulation, &one.accumulation}}) {
+    double worst_in_window_1 = 0.0;
+    for (const TensorCheck& c : a->checks)
+      if (c.window == 1 && !c.name.starts_with("full: ")) worst_in_window_1 = std::max(worst_in_window_1, c.worst_ratio);
+    EXPECT_EQ(worst_in_window_1, b->worst_ratio) << verdict_name(a->kind);
+  }
+  // The state is used: from a fresh optimizer instead, the step differs.
+  out["initial"].erase("state");
+  for (const auto& [name, file] : after0.items())
+    if (name.starts_with("state/")) fs::remove(cut / file.get<std::string>());
+  write_manifest(cut, out);
+  EXPECT_FALSE(verify_window_set(read_window_set(cut), ErrorModel{}).passed());
+}
+
+}  // namespace
+}  // namespace gradeq
