@@ -389,7 +389,25 @@ KernelRun read_run(Reader& reader, const nlohmann::json& run, const std::string&
 
 }  // namespace
 
+namespace {
+WindowSet read_checked(const std::filesystem::path& dir);
+}  // namespace
+
 WindowSet read_window_set(const std::filesystem::path& dir) {
+  // A value of the wrong JSON type anywhere in the manifest is bad input,
+  // named as such, never an internal error.
+  try {
+    return read_checked(dir);
+  } catch (const nlohmann::json::exception& e) {
+    throw WindowSetError("manifest.json: a value of the wrong type (" + std::string(e.what()) + ")");
+  } catch (const std::filesystem::filesystem_error& e) {
+    throw WindowSetError(std::string("cannot read the window set: ") + e.what());
+  }
+}
+
+namespace {
+
+WindowSet read_checked(const std::filesystem::path& dir) {
   if (!std::filesystem::is_directory(dir)) throw WindowSetError(dir.string() + ": not a directory");
   const std::filesystem::path manifest_path = dir / "manifest.json";
   std::ifstream in(manifest_path);
@@ -572,6 +590,8 @@ WindowSet read_window_set(const std::filesystem::path& dir) {
   reader.refuse_extra_files();
   return set;
 }
+
+}  // namespace
 
 ScenarioResult verify_window_set(const WindowSet& set, const ErrorModel& model) {
   const auto start = std::chrono::steady_clock::now();

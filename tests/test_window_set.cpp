@@ -269,3 +269,48 @@ TEST(WindowSet, AWindowFromTheMiddleOfARunStartsFromItsInitialState) {
 
 }  // namespace
 }  // namespace gradeq
+
+namespace gradeq {
+namespace {
+
+// Whatever a manifest holds, reading it either succeeds or raises
+// WindowSetError: each value of a dumped manifest (the first window's
+// entries of each list) replaced by each JSON type in turn.
+TEST(WindowSet, NoManifestValueMakesTheReaderFailOtherThanAsBadInput) {
+  const fs::path dir = fresh_dir("types");
+  dump("token_ce_padded_uneven", dir);
+  const nlohmann::json original = manifest(dir);
+  std::vector<nlohmann::json::json_pointer> paths;
+  const auto walk = [&](const nlohmann::json& j, const nlohmann::json::json_pointer& at, const auto& self) -> void {
+    paths.push_back(at);
+    if (j.is_object())
+      for (const auto& [k, v] : j.items()) self(v, at / k, self);
+    if (j.is_array() && !j.empty()) self(j[0], at / 0, self);
+  };
+  walk(original, nlohmann::json::json_pointer(), walk);
+  const std::vector<nlohmann::json> replacements = {nullptr, 7, -1.5, "x", nlohmann::json::array(),
+                                                    nlohmann::json::object(), true};
+  long refused = 0, accepted = 0;
+  for (const auto& path : paths) {
+    if (path.empty()) continue;
+    for (const nlohmann::json& r : replacements) {
+      nlohmann::json m = original;
+      m[path] = r;
+      write_manifest(dir, m);
+      try {
+        read_window_set(dir);
+        ++accepted;
+      } catch (const WindowSetError&) {
+        ++refused;
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << path.to_string() << " = " << r.dump() << ": " << e.what();
+      }
+    }
+  }
+  EXPECT_GT(refused, 100);
+  RecordProperty("refused", static_cast<int>(refused));
+  RecordProperty("accepted", static_cast<int>(accepted));
+}
+
+}  // namespace
+}  // namespace gradeq
