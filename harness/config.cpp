@@ -1,6 +1,9 @@
 // config.cpp — TOML scenarios, strictly validated.
 #include "harness/config.h"
 
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -39,18 +42,16 @@ Enum choose(const std::string& value, const std::vector<std::pair<std::string, E
   fail(where, key + " = \"" + value + "\" is not one of: " + names);
 }
 
-// "name:<count>" -> count, for linear:<features> and groupnorm:<groups>.
+// "name:<count>" -> count, for linear:<features> and groupnorm:<groups>:
+// decimal digits only (no sign, no spaces, no leading zero), >= 1.
 long layer_count(const std::string& s, std::size_t prefix, const std::string& where, const std::string& expected) {
   const std::string n = s.substr(prefix);
   long value = 0;
-  std::size_t used = 0;
-  try {
-    value = std::stol(n, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != n.size() || used == 0) fail(where, "layer \"" + s + "\": expected " + expected);
-  if (value < 1) fail(where, "layer \"" + s + "\": " + expected + " must be >= 1");
+  const auto [end, error] = std::from_chars(n.data(), n.data() + n.size(), value);
+  const bool digits = !n.empty() && std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits || error != std::errc() || end != n.data() + n.size() || n[0] == '0')
+    fail(where, "layer \"" + s + "\": expected " + expected + " (a whole number >= 1, digits only)");
+  if (value > kMaxElements) fail(where, "layer \"" + s + "\": at most " + std::to_string(kMaxElements));
   return value;
 }
 
@@ -101,7 +102,7 @@ ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::
 
   ScenarioSpec s;
   s.name = text(*t.get("name"), where, "name");
-  where += " (" + s.name + ")";
+  if (valid_scenario_name(s.name)) where += " (" + s.name + ")";  // a bad name is said by validate(), not echoed
   s.model.input_features = positive_integer(*t.get("input_features"), where, "input_features");
   if (const toml::node* n = t.get("positions")) s.model.positions = positive_integer(*n, where, "positions");
   const toml::array* layers = t.get("layers")->as_array();
@@ -182,6 +183,21 @@ ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::
   if (const toml::node* n = t.get("growth_interval"))
     s.procedure.loss_scaling.growth_interval = positive_integer(*n, where, "growth_interval");
   flag("compensated", s.procedure.compensated);
+  // A key that does not apply to what the scenario is would be ignored:
+  // refused instead, saying why.
+  const auto not_for = [&](const char* key, bool applies, const std::string& why) {
+    if (t.contains(key) && !applies) fail(where, std::string("key '") + key + "' does not apply: " + why);
+  };
+  const bool sgd = o.kind == ref::OptimizerKind::sgd;
+  for (const char* key : {"betas", "eps"}) not_for(key, !sgd, "the optimizer is sgd (betas and eps are adam's and adamw's)");
+  for (const char* key : {"momentum", "dampening", "nesterov"})
+    not_for(key, sgd, std::string("the optimizer is ") + (o.kind == ref::OptimizerKind::adam ? "adam" : "adamw") +
+                          " (momentum, dampening and nesterov are sgd's)");
+  not_for("growth_interval", s.procedure.loss_scaling.dynamic, "dynamic_loss_scale is not true");
+  bool any_norm = false;
+  for (const ref::LayerSpec& l : s.model.layers) any_norm = any_norm || ref::is_norm(l.kind);
+  not_for("norm_eps", any_norm, "the model has no normalizer");
+  not_for("batchnorm_momentum", ref::has_batch_norm(s.model), "the model has no batchnorm");
   flag("tf32", s.precision.tf32);
   flag("reduced_precision_reduction", s.precision.reduced_precision_reduction);
   number("norm_eps", s.model.norm_eps);
@@ -260,8 +276,13 @@ nlohmann::json scenario_to_json(const ScenarioSpec& s) {
       {"weight_decay", o.weight_decay},
       {"loss_scale", p.loss_scaling.scale},
       {"dynamic_loss_scale", p.loss_scaling.dynamic},
-      {"growth_interval", p.loss_scaling.growth_interval},
   };
+  // Only the keys that apply (the reader refuses the others).
+  if (p.loss_scaling.dynamic) j["growth_interval"] = p.loss_scaling.growth_interval;
+  bool any_norm = false;
+  for (const ref::LayerSpec& l : s.model.layers) any_norm = any_norm || ref::is_norm(l.kind);
+  if (!any_norm) j.erase("norm_eps");
+  if (!ref::has_batch_norm(s.model)) j.erase("batchnorm_momentum");
   if (o.kind == ref::OptimizerKind::sgd) {
     j["momentum"] = o.momentum;
     j["dampening"] = o.dampening;
@@ -314,6 +335,14 @@ std::vector<ScenarioSpec> parse_scenarios(const std::string& toml_text, const st
 }
 
 std::vector<ScenarioSpec> load_scenarios(const std::string& path) {
+  // A config is a small text file: not a device, a pipe or a directory.
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw std::invalid_argument("config file " + path + " is not a regular file");
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec || size > kMaxConfigBytes)
+    throw std::invalid_argument("config file " + path + " is larger than " + std::to_string(kMaxConfigBytes >> 20) +
+                                " MiB: not a scenario file");
   std::ifstream in(path);
   if (!in) throw std::invalid_argument("cannot read config file " + path);
   std::stringstream buffer;

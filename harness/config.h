@@ -32,6 +32,7 @@
 //   batchnorm_momentum = 0.1            # weight of a batch in the running statistics
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,8 @@
 #include "harness/scenario.h"
 
 namespace gradeq {
+
+inline constexpr std::uintmax_t kMaxConfigBytes = 16u << 20;  // a scenario file is text, not a device
 
 std::vector<ScenarioSpec> load_scenarios(const std::string& path);
 std::vector<ScenarioSpec> parse_scenarios(const std::string& toml_text, const std::string& source_name);

@@ -3,6 +3,8 @@
 // reference and the kernels start from identical numbers.
 #include "harness/scenario.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -175,48 +177,150 @@ Split partial_last_window_split(long micro_batches, long window, long micro_batc
   return s;
 }
 
-void validate(const ScenarioSpec& s) {
-  ref::validate(s.model);
-  if (s.split.empty()) throw std::invalid_argument("split: at least one window is needed");
-  for (std::size_t w = 0; w < s.split.size(); ++w) {
-    if (s.split[w].empty()) throw std::invalid_argument("split: window " + std::to_string(w) + " has no micro-batches");
-    for (long n : s.split[w])
-      if (n < 1)
-        throw std::invalid_argument("split: window " + std::to_string(w) + " has a micro-batch of " +
-                                    std::to_string(n) + " samples; each needs >= 1");
+namespace {
+
+[[noreturn]] void refuse(const std::string& what) { throw std::invalid_argument(what); }
+
+std::string number_text(double v) {
+  std::ostringstream os;
+  os.precision(6);
+  os << v;
+  return os.str();
+}
+
+// key: must be finite and in [lo, hi] (or (lo, hi] with open_low), got v.
+void require_in(const std::string& key, double v, double lo, double hi, bool open_low = false, bool open_high = false) {
+  const bool ok = std::isfinite(v) && (open_low ? v > lo : v >= lo) && (open_high ? v < hi : v <= hi);
+  if (ok) return;
+  const std::string range = std::string(open_low ? "(" : "[") + number_text(lo) + ", " +
+                            (std::isinf(hi) ? std::string("inf") : number_text(hi)) + (open_high || std::isinf(hi) ? ")" : "]");
+  refuse(key + " must be finite and in " + range + ", got " + number_text(v));
+}
+
+// a * b, or a refusal naming what overflowed.
+long checked_product(long a, long b, const std::string& what) {
+  long out = 0;
+  if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &out) || out > kMaxElements)
+    refuse(what + " is too large (" + std::to_string(a) + " x " + std::to_string(b) + "; at most " +
+           std::to_string(kMaxElements) + ")");
+  return out;
+}
+
+}  // namespace
+
+bool valid_scenario_name(const std::string& name) {
+  const std::string markup = "\"\\|`<>&";  // what JUnit, Markdown and a shell would have to escape
+  return !name.empty() && name.size() <= 64 && name.front() != ' ' && name.back() != ' ' &&
+         std::all_of(name.begin(), name.end(), [&](char c) {
+           return c >= 0x20 && c < 0x7f && markup.find(c) == std::string::npos;
+         });
+}
+
+double estimated_peak_bytes(const ScenarioSpec& s) {
+  const std::vector<long> widths = ref::layer_widths(s.model);
+  double rows = 0.0;
+  for (const auto& window : s.split)
+    rows = std::max(rows, static_cast<double>(std::accumulate(window.begin(), window.end(), 0L)) *
+                              static_cast<double>(s.model.positions));
+  double width_sum = 0.0, width_max = 0.0;
+  for (long w : widths) {
+    width_sum += static_cast<double>(w);
+    width_max = std::max(width_max, static_cast<double>(w));
   }
+  double params = 0.0;
+  for (const ref::ParameterInfo& p : ref::parameter_layout(s.model))
+    params += static_cast<double>(p.rows) * static_cast<double>(p.cols);
+  const double bounded = sizeof(ref::Bounded);
+  // The tape, its stored copies, the output gradients and their temporaries:
+  // 4 bounded values per row and width (rows_8193 measured 3.4).
+  const double activations = 4.0 * rows * width_sum * bounded;
+  const double gemm_temporaries = 12.0 * 8.0 * rows * width_max;  // the matrix form's float64 parts
+  const double state = 10.0 * params * bounded;                    // params, grads, moments, buffers, copies
+  const double kernel = 3.0 * 4.0 * rows * width_sum + 8.0 * 4.0 * params;
+  // A weight gradient after a normalizer: the matrix form follows each
+  // statistics group's two shared sources (mean, 1/sigma) through dW = dy^T x,
+  // a [sources x output] coefficient sum and term count for each operand
+  // (reference/matmul.cpp, pair_sums): 2 operands x 2 x 8 bytes x 2
+  // sources x groups per column x in x out (tiles_255_256_257 measured).
+  double shared = 0.0, groups_per_column = 0.0;
+  for (std::size_t l = 0; l < s.model.layers.size(); ++l) {
+    const ref::LayerSpec& layer = s.model.layers[l];
+    const double samples = rows / static_cast<double>(s.model.positions);
+    switch (layer.kind) {
+      case ref::LayerKind::layer_norm:
+      case ref::LayerKind::rms_norm: groups_per_column = std::max(groups_per_column, rows); break;
+      case ref::LayerKind::group_norm: groups_per_column = std::max(groups_per_column, samples); break;
+      case ref::LayerKind::batch_norm: groups_per_column = std::max(groups_per_column, 1.0); break;
+      case ref::LayerKind::linear:
+        shared += 2.0 * 2.0 * 8.0 * 2.0 * groups_per_column * static_cast<double>(widths[l]) *
+                  static_cast<double>(layer.features);
+        break;
+      default: break;
+    }
+  }
+  return activations + gemm_temporaries + state + kernel + shared + 64.0 * (1 << 20);
+}
+
+void validate(const ScenarioSpec& s) {
+  if (!valid_scenario_name(s.name))
+    refuse("name: 1-64 printable characters, no quote, backslash, | ` < > & or edge space (it names tests and "
+           "report rows), got a name of " + std::to_string(s.name.size()) + " characters");
+  ref::validate(s.model);
+  require_in("norm_eps", s.model.norm_eps, 0.0, 1.0, /*open_low=*/true);
+  const std::vector<long> widths = ref::layer_widths(s.model);
+  for (long w : widths) checked_product(w, 1, "a layer width");
+  if (ref::parameter_layout(s.model).empty())
+    refuse("layers: the model has no parameters (no linear or normalizer layer): there is no gradient to accumulate");
+  if (s.split.empty()) refuse("split: at least one window is needed");
+  long window_rows_max = 0;
+  for (std::size_t w = 0; w < s.split.size(); ++w) {
+    if (s.split[w].empty()) refuse("split: window " + std::to_string(w) + " has no micro-batches");
+    long samples = 0;
+    for (long n : s.split[w]) {
+      if (n < 1)
+        refuse("split: window " + std::to_string(w) + " has a micro-batch of " + std::to_string(n) +
+               " samples; each needs >= 1");
+      if (__builtin_add_overflow(samples, n, &samples) || samples > kMaxElements)
+        refuse("split: window " + std::to_string(w) + " has too many samples");
+    }
+    window_rows_max = std::max(window_rows_max, checked_product(samples, s.model.positions, "a window's rows"));
+  }
+  for (long w : widths) checked_product(window_rows_max, w, "a window's activations (rows x features)");
   if (ref::has_batch_norm(s.model))
     for (const auto& window : s.split)
       for (long n : window)
         if (n * s.model.positions < 2)
-          throw std::invalid_argument("split: batchnorm needs >= 2 values per channel in every micro-batch, but a "
-                                      "micro-batch of " + std::to_string(n) + " sample(s) x " +
-                                      std::to_string(s.model.positions) + " position(s) has " +
-                                      std::to_string(n * s.model.positions));
+          refuse("split: batchnorm needs >= 2 values per channel in every micro-batch, but a micro-batch of " +
+                 std::to_string(n) + " sample(s) x " + std::to_string(s.model.positions) + " position(s) has " +
+                 std::to_string(n * s.model.positions));
   if (s.data == DataKind::padded_sequences && s.model.loss != ref::LossKind::cross_entropy)
-    throw std::invalid_argument("data: padded_sequences needs the cross_entropy loss (padding is an ignore mask)");
-  if (!(s.procedure.optimizer.lr > 0.0) || !std::isfinite(s.procedure.optimizer.lr))
-    throw std::invalid_argument("optimizer: learning rate must be finite and > 0");
-  const ref::LossScaling& ls = s.procedure.loss_scaling;
-  if (!is_power_of_two(ls.scale))
-    throw std::invalid_argument("precision: loss scale must be a power of two (so scaling is exact)");
-  if (ls.dynamic && (!is_power_of_two(ls.growth_factor) || !is_power_of_two(ls.backoff_factor) ||
-                     ls.growth_factor <= 1.0 || ls.backoff_factor >= 1.0 || ls.growth_interval < 1))
-    throw std::invalid_argument("precision: dynamic loss scaling needs power-of-two growth > 1 and backoff < 1, "
-                                "and a growth interval >= 1");
+    refuse("data: padded_sequences needs the cross_entropy loss (padding is an ignore mask)");
+
   const ref::OptimizerSpec& o = s.procedure.optimizer;
-  if (o.momentum < 0.0 || o.dampening < 0.0 || o.dampening > 1.0 || o.weight_decay < 0.0)
-    throw std::invalid_argument("optimizer: momentum, dampening (<= 1) and weight decay must be >= 0");
-  if (o.nesterov && (o.momentum == 0.0 || o.dampening != 0.0))
-    throw std::invalid_argument("optimizer: nesterov needs momentum > 0 and zero dampening (as in PyTorch)");
-  if (o.kind != ref::OptimizerKind::sgd &&
-      !(o.beta1 >= 0.0 && o.beta1 < 1.0 && o.beta2 >= 0.0 && o.beta2 < 1.0 && o.eps > 0.0))
-    throw std::invalid_argument("optimizer: adam needs betas in [0, 1) and eps > 0");
-  if (s.procedure.clip.enabled && !(s.procedure.clip.max_norm > 0.0))
-    throw std::invalid_argument("clip: max_norm must be > 0");
+  require_in("learning_rate", o.lr, 0.0, kMaxLearningRate, /*open_low=*/true);
+  require_in("weight_decay", o.weight_decay, 0.0, kMaxLearningRate);
+  if (o.kind == ref::OptimizerKind::sgd) {
+    require_in("momentum", o.momentum, 0.0, 1.0);
+    require_in("dampening", o.dampening, 0.0, 1.0);
+    if (o.nesterov && (o.momentum == 0.0 || o.dampening != 0.0))
+      refuse("nesterov needs momentum > 0 and dampening = 0 (as in PyTorch)");
+  } else {
+    require_in("betas[0]", o.beta1, 0.0, 1.0, false, /*open_high=*/true);
+    require_in("betas[1]", o.beta2, 0.0, 1.0, false, /*open_high=*/true);
+    require_in("eps", o.eps, 0.0, 1.0, /*open_low=*/true);
+  }
+  if (s.procedure.clip.enabled) require_in("clip_max_norm", s.procedure.clip.max_norm, 0.0, 1e30, /*open_low=*/true);
   const ref::ScheduleSpec& sch = s.procedure.schedule;
   if (sch.warmup_cosine && (sch.warmup_steps < 0 || sch.total_steps <= sch.warmup_steps))
-    throw std::invalid_argument("schedule: warmup_cosine needs 0 <= warmup_steps < total_steps");
+    refuse("warmup_steps and total_steps: 0 <= warmup_steps < total_steps, got " + std::to_string(sch.warmup_steps) +
+           " and " + std::to_string(sch.total_steps));
+  const ref::LossScaling& ls = s.procedure.loss_scaling;
+  if (!is_power_of_two(ls.scale) || ls.scale < kMinLossScale || ls.scale > kMaxLossScale)
+    refuse("loss_scale must be a power of two in [2^-24, 2^24] (scaling is then exact in every dtype), got " +
+           number_text(ls.scale));
+  if (ls.dynamic && (!is_power_of_two(ls.growth_factor) || !is_power_of_two(ls.backoff_factor) ||
+                     ls.growth_factor <= 1.0 || ls.backoff_factor >= 1.0 || ls.growth_interval < 1))
+    refuse("dynamic loss scaling needs power-of-two growth > 1 and backoff < 1, and a growth_interval >= 1");
 }
 
 std::uint64_t mix_seed(std::uint64_t run_seed, std::uint64_t item) {

@@ -61,8 +61,25 @@ struct ScenarioSpec {
   std::uint64_t seed = 1;
 };
 
-// Throws std::invalid_argument naming the first thing that is wrong.
+// Domains (docs: README "A config file"): what validate() accepts.
+inline constexpr long kMaxElements = 1L << 40;        // any one size or product of sizes
+inline constexpr double kMaxLearningRate = 1e6;
+inline constexpr double kMinLossScale = 0x1p-24, kMaxLossScale = 0x1p24;
+
+// Throws std::invalid_argument naming the first thing that is wrong: the
+// key, its domain and the value. Every size product is checked for
+// overflow. Names: 1-64 printable ASCII characters without markup.
 void validate(const ScenarioSpec& spec);
+bool valid_scenario_name(const std::string& name);
+
+// What checking the scenario will hold at its peak, from its shapes alone
+// (before anything is allocated): the reference's bounded tensors of the
+// largest window (the full-batch pass holds all of its rows) and their
+// GEMM temporaries, the parameters with their gradients, optimizer state
+// and buffers, and the kernel's float32 tensors. An upper estimate, to
+// refuse a scenario that cannot fit before it starts: 1.1-1.9x the peak
+// RSS measured on the scale suite, under 100 MB on the default suite.
+double estimated_peak_bytes(const ScenarioSpec& spec);
 // One line with everything that defines the scenario: model, data, split,
 // procedure, precision, seed.
 std::string describe_scenario(const ScenarioSpec& spec);

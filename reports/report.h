@@ -6,6 +6,7 @@
 #pragma once
 
 #include <filesystem>
+#include <initializer_list>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -34,6 +35,9 @@ std::string catalogue_listing(const std::string& what);
 // Writes report.json, report.md and junit.xml into dir (created if needed).
 void write_reports(const std::filesystem::path& dir, const CheckReport& report);
 void write_text(const std::filesystem::path& path, const std::string& text);
+// Removes an earlier run's reports from dir before a run writes new ones,
+// so that a run that does not finish leaves none that look current.
+void remove_stale(const std::filesystem::path& dir, std::initializer_list<const char*> files);
 // Creates dir if needed and proves it writable, before a run: an output
 // that cannot be written is the environment's fault (EnvironmentError,
 // exit 3), said before the work, not after it.

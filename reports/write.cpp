@@ -20,11 +20,29 @@ void require_writable_directory(const std::filesystem::path& dir) {
   std::filesystem::remove(probe, error);
 }
 
+// Written under a temporary name and renamed when complete: an interrupted
+// run never leaves a file that looks finished.
 void write_text(const std::filesystem::path& path, const std::string& text) {
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  std::ofstream out(path);
-  out << text;
-  if (!out) throw EnvironmentError("cannot write " + path.string());
+  if (std::filesystem::is_directory(path)) throw EnvironmentError("cannot write " + path.string() + ": it is a directory");
+  std::filesystem::path partial = path;
+  partial += ".partial";
+  {
+    std::ofstream out(partial);
+    out << text;
+    if (!out) throw EnvironmentError("cannot write " + path.string());
+  }
+  std::error_code error;
+  std::filesystem::rename(partial, path, error);
+  if (error) throw EnvironmentError("cannot write " + path.string() + ": " + error.message());
+}
+
+void remove_stale(const std::filesystem::path& dir, std::initializer_list<const char*> files) {
+  std::error_code error;
+  for (const char* f : files) {
+    std::filesystem::remove(dir / f, error);
+    if (error) throw EnvironmentError("cannot remove the earlier " + (dir / f).string() + ": " + error.message());
+  }
 }
 
 void write_reports(const std::filesystem::path& dir, const CheckReport& report) {

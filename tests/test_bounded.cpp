@@ -258,6 +258,16 @@ TEST(Bounded, SumsWithNaNTermsEndUnbounded) {
   const std::vector<double> values = {1.0, nan, 2.0, nan, 1.0};
   const Bounded s = reduce<Bounded>(5, [&](long i) { return Bounded::with_bounds(values[static_cast<std::size_t>(i)], 1e-3, 0.0); });
   EXPECT_FALSE(std::isfinite(s.kernel_bound) && std::isfinite(s.value));
+  // Infinities of both signs, with NaN, in every grouping the sum makes of
+  // equal values: it ends too, unbounded.
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> mixed = {inf, 1.0, -inf, nan, inf, nan, -inf, 1.0};
+  for (int shift = 0; shift < 8; ++shift) {
+    const Bounded m = reduce<Bounded>(8, [&](long i) {
+      return Bounded::with_bounds(mixed[static_cast<std::size_t>((i + shift) % 8)], 1e-3, 0.0);
+    });
+    EXPECT_FALSE(std::isfinite(m.kernel_bound) && std::isfinite(m.value));
+  }
 }
 
 }  // namespace

@@ -65,7 +65,7 @@ TEST(Scenario, BadInputIsRejectedWithAMessage) {
   expect_rejected(s, "power of two");
   s = small_scenario();
   s.procedure.optimizer.lr = -1.0;
-  expect_rejected(s, "learning rate");
+  expect_rejected(s, "learning_rate must be finite and in (0, ");
   EXPECT_THROW(partial_last_window_split(0, 4, 2), std::invalid_argument);
 }
 

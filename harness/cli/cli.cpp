@@ -11,7 +11,9 @@
 //   gradeq list    [scenarios|properties|mutants|backends|all]
 //
 // Exit codes: 0 pass, 1 verification failure, 2 bad usage or input,
-// 3 environment (e.g. cuda asked for but unavailable).
+// 3 environment (e.g. cuda asked for but unavailable, out of memory),
+// 4 internal error (a bug in gradeq), 128 + N killed by signal N.
+#include <signal.h>
 #include <unistd.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -20,7 +22,9 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -39,9 +43,28 @@
 namespace gradeq {
 namespace {
 
-constexpr int kExitPass = 0, kExitFail = 1, kExitUsage = 2, kExitEnvironment = 3;
+constexpr int kExitPass = 0, kExitFail = 1, kExitUsage = 2, kExitEnvironment = 3, kExitInternal = 4;
+
+// Ctrl-C and SIGTERM stop the run at once, with 128 + the signal: reports
+// are written whole at the end under temporary names (write_text), and the
+// earlier run's are removed before the run, so nothing that looks complete
+// is left behind.
+extern "C" void stop_on_signal(int signal) {
+  static const char message[] = "\ngradeq: interrupted; no report was written\n";
+  [[maybe_unused]] const auto written = ::write(STDERR_FILENO, message, sizeof message - 1);
+  ::_exit(128 + signal);
+}
+
+void stop_on_signals() {
+  struct sigaction action {};
+  action.sa_handler = stop_on_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
 
 struct CheckArgs {
+  std::string max_memory;  // empty: the memory available
   std::string backend = "cpu";
   std::string seed = "1";
   int cases = 100;
@@ -69,6 +92,34 @@ CLI::Option* add_backend_option(CLI::App& cmd, std::string& backend, const std::
   return cmd.add_option("--backend", backend, what + " (" + names + ")")->check(CLI::IsMember(backend_names()));
 }
 
+// The memory a run may use, e.g. 16G, 512M or a number of bytes; empty:
+// what /proc/meminfo says is available (no limit where it cannot be read).
+double memory_limit(const std::string& text) {
+  if (text.empty()) {
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key;
+    double kib = 0.0;
+    std::string unit;
+    while (meminfo >> key >> kib >> unit)
+      if (key == "MemAvailable:") return kib * 1024.0;
+    return 0.0;
+  }
+  double value = 0.0;
+  const char* end = text.data() + text.size();
+  const auto [at, error] = std::from_chars(text.data(), end, value);
+  const std::string suffix(at, end);
+  const double scale = suffix.empty() ? 1.0 : suffix == "K" ? 1024.0 : suffix == "M" ? 1048576.0
+                     : suffix == "G" ? 1073741824.0 : suffix == "T" ? 1099511627776.0 : -1.0;
+  if (error != std::errc() || scale < 0.0 || !(value > 0.0) || !std::isfinite(value))
+    throw std::invalid_argument("--max-memory must be a positive size like 16G, 512M or 1000000 (bytes), got '" + text + "'");
+  return value * scale;
+}
+
+void add_memory_option(CLI::App& cmd, std::string& max_memory) {
+  cmd.add_option("--max-memory", max_memory,
+                 "Refuse a scenario estimated to need more memory than this (16G, 512M); default: what is available");
+}
+
 void add_check_options(CLI::App& cmd, CheckArgs& a) {
   add_backend_option(cmd, a.backend, "Backend under test");
   cmd.add_option("--seed", a.seed, "Run seed (any 64-bit value): the same seed reproduces the same run");
@@ -85,6 +136,7 @@ void add_check_options(CLI::App& cmd, CheckArgs& a) {
   cmd.add_option("--junit", a.junit_file, "Also write JUnit XML to this file");
   cmd.add_option("--dump", a.dump_dir, "Write the tensors of the one --scenario as .npy files into this directory");
   add_size_option(cmd, a.size);
+  add_memory_option(cmd, a.max_memory);
 }
 
 // A run seed: any 64-bit unsigned value, written in decimal, nothing else
@@ -123,12 +175,20 @@ std::filesystem::path directory_of(const std::string& file) {
   return parent.empty() ? std::filesystem::path(".") : parent;
 }
 
+// An output file: not a directory, in a directory that can be written.
+void require_writable_file(const std::string& file, const std::string& option) {
+  if (std::filesystem::is_directory(file))
+    throw std::invalid_argument(option + " " + file + " is a directory; it names the file to write");
+  require_writable_directory(directory_of(file));
+}
+
 int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir, const std::string& program) {
   const std::uint64_t seed = parse_seed(a.seed);
   if (!a.dump_dir.empty() && a.scenarios.size() != 1)
     throw std::invalid_argument("--dump needs exactly one --scenario (see `gradeq list scenarios`)");
   if (report_dir) require_writable_directory(*report_dir);
-  if (!a.junit_file.empty()) require_writable_directory(directory_of(a.junit_file));
+  if (!a.junit_file.empty()) require_writable_file(a.junit_file, "--junit");
+  if (report_dir) remove_stale(*report_dir, {"report.json", "report.md", "junit.xml"});
   if (!a.dump_dir.empty()) require_writable_directory(a.dump_dir);
   GateOptions options;
   if (!a.config_file.empty()) options.suite = load_scenarios(a.config_file);
@@ -136,6 +196,7 @@ int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir, 
   std::unique_ptr<Backend> backend = make_backend(a.backend);
   options.seed = seed;
   options.program = program;
+  options.max_memory_bytes = memory_limit(a.max_memory);
   options.cases = a.cases;
   options.scenarios = a.scenarios;
   options.properties = a.properties;
@@ -174,18 +235,19 @@ int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir, 
 }
 
 struct VerifyArgs {
-  std::string dir;
+  std::string dir, max_memory;
   std::string error_model = "probabilistic";
   std::string report_dir, junit_file;
 };
 
 int run_verify_command(const VerifyArgs& a) {
   if (!a.report_dir.empty()) require_writable_directory(a.report_dir);
-  if (!a.junit_file.empty()) require_writable_directory(directory_of(a.junit_file));
+  if (!a.junit_file.empty()) require_writable_file(a.junit_file, "--junit");
+  if (!a.report_dir.empty()) remove_stale(a.report_dir, {"report.json", "report.md", "junit.xml"});
   ErrorModel model;
   model.reduction = a.error_model == "probabilistic" ? ref::ReductionBound::probabilistic : ref::ReductionBound::deterministic;
   const ProgressSink progress = make_progress();
-  const CheckReport report = run_verify(a.dir, model, progress);
+  const CheckReport report = run_verify(a.dir, model, progress, memory_limit(a.max_memory));
   end_progress();
   std::cout << fmt::format("gradeq verify: {} ({}), {} error model\n", a.dir, report.scenarios.front().spec.name,
                            a.error_model);
@@ -215,6 +277,10 @@ int run_sweep(const SweepArgs& a) {
   if (a.study == "norms" && a.backend_given)
     throw std::invalid_argument("--backend applies to `sweep precision`; the norms study runs the float64 reference only");
   if (!a.out_dir.empty()) require_writable_directory(a.out_dir);
+  if (!a.out_dir.empty()) {
+    const std::string stem = "sweep_" + a.study;
+    remove_stale(a.out_dir, {(stem + ".json").c_str(), (stem + ".md").c_str()});
+  }
   const ProgressSink progress = make_progress();
   std::string md;
   nlohmann::json json;
@@ -262,6 +328,7 @@ int run_selftest_command(const SelfTestArgs& a) {
     throw std::invalid_argument("selftest runs every property against every mutant; RC_PARAMS replays a failure "
                                 "(reproduce=...): unset it, or replay with `check --property`");
   if (!a.out_dir.empty()) require_writable_directory(a.out_dir);
+  if (!a.out_dir.empty()) remove_stale(a.out_dir, {"selftest.json", "selftest.md"});
   std::unique_ptr<Backend> backend = make_backend(a.backend);
   SelfTestOptions options;
   options.seed = seed;
@@ -303,6 +370,7 @@ void keep_freed_memory() {
 
 int run_cli(int argc, char** argv) {
   keep_freed_memory();
+  stop_on_signals();
   const std::string program = argc > 0 && argv[0] && *argv[0] ? argv[0] : "gradeq";
   CLI::App app{"gradeq: do N loss-scaled micro-batches give the same gradients, step and weights as one batch?"};
   app.require_subcommand(1);
@@ -327,6 +395,7 @@ int run_cli(int argc, char** argv) {
       ->check(CLI::IsMember({"deterministic", "probabilistic"}));
   verify->add_option("--report", verify_args.report_dir, "Also write report.json, report.md and junit.xml here");
   verify->add_option("--junit", verify_args.junit_file, "Also write JUnit XML to this file");
+  add_memory_option(*verify, verify_args.max_memory);
 
   SweepArgs sweep_args;
   CLI::App* sweep = app.add_subcommand("sweep", "Studies: normalizer divergence by micro-batch size (norms), buffer error by N (precision)");
@@ -395,9 +464,15 @@ int run_cli(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     std::cerr << "gradeq: " << e.what() << "\n";
     return kExitUsage;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "gradeq: out of memory: the run needs more memory than this machine gives it (smaller shapes, "
+                 "or fewer scenarios at once)\n";
+    return kExitEnvironment;
   } catch (const std::exception& e) {
-    std::cerr << "gradeq: internal error: " << e.what() << "\n";
-    return kExitFail;
+    std::cerr << "gradeq: internal error: " << e.what()
+              << "\nThis is a bug in gradeq, not in the code under test: please report it with the command line "
+                 "that gave it.\n";
+    return kExitInternal;
   }
   return kExitUsage;
 }

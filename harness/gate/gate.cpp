@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <ctime>
 #include <stdexcept>
 
@@ -44,6 +45,18 @@ long CheckReport::not_run() const {
   long n = 0;
   for (const PropertyRun& p : properties) n += !p.ran;
   return n;
+}
+
+void require_fits(const ScenarioSpec& spec, double max_memory_bytes) {
+  const double need = estimated_peak_bytes(spec);
+  if (max_memory_bytes <= 0.0 || need <= max_memory_bytes) return;
+  constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+  char text[256];
+  std::snprintf(text, sizeof text,
+                "scenario %s needs about %.1f GiB at its peak (its largest window's rows x the layers' widths, in "
+                "the bounded reference), more than the %.1f GiB allowed (--max-memory; default: the memory available)",
+                spec.name.c_str(), need / GiB, max_memory_bytes / GiB);
+  throw std::invalid_argument(text);
 }
 
 std::string replay_command(const CheckReport& report, const PropertyRun& run) {
@@ -103,6 +116,7 @@ CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFac
     throw std::invalid_argument("RC_PARAMS replays " + fmt_list(replayed) +
                                 ", and the run selects none of them: nothing would be checked");
 
+  for (const ScenarioSpec& s : scenarios) require_fits(s, options.max_memory_bytes);
   const std::size_t total = scenarios.size() + properties.size();
   std::size_t done = 0;
   auto announce = [&](const std::string& what) {
@@ -146,7 +160,8 @@ CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFac
   return report;
 }
 
-CheckReport run_verify(const std::filesystem::path& dir, const ErrorModel& model, const ProgressSink& progress) {
+CheckReport run_verify(const std::filesystem::path& dir, const ErrorModel& model, const ProgressSink& progress,
+                       double max_memory_bytes) {
   const auto start = std::chrono::steady_clock::now();
   CheckReport report;
   report.backend = "external";
@@ -155,6 +170,7 @@ CheckReport run_verify(const std::filesystem::path& dir, const ErrorModel& model
   report.model = model;
   report.cases = 0;
   const WindowSet set = read_window_set(dir);
+  require_fits(set.scenario.spec, max_memory_bytes);
   if (progress) progress("verify " + set.scenario.spec.name + ": the reference over " +
                          std::to_string(set.scenario.windows.size()) + " window(s)");
   report.scenarios.push_back(verify_window_set(set, model));

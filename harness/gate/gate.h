@@ -36,7 +36,12 @@ struct GateOptions {
   ErrorModel model;
   SizeTier size = SizeTier::small;       // of the properties' generated shapes
   std::string program = "gradeq";        // the command that replays a failure (a user's own binary)
+  double max_memory_bytes = 0.0;         // refuse a scenario estimated above this (0: no limit)
 };
+
+// std::invalid_argument, with the estimate, for a scenario whose estimated
+// peak memory (estimated_peak_bytes) exceeds the limit (0: no limit).
+void require_fits(const ScenarioSpec& spec, double max_memory_bytes);
 
 struct CheckReport {
   std::string backend;
@@ -71,7 +76,8 @@ CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFac
 // `gradeq verify`: judges the external run of a window set
 // (harness/window_set.h) with the gate's verdicts, as a report of one
 // scenario whose backend is "external". WindowSetError on bad input.
-CheckReport run_verify(const std::filesystem::path& dir, const ErrorModel& model, const ProgressSink& progress = {});
+CheckReport run_verify(const std::filesystem::path& dir, const ErrorModel& model, const ProgressSink& progress = {},
+                       double max_memory_bytes = 0.0);
 
 // Runs the one scenario `name` of the gate's suite (with the gate's seed)
 // and writes it into dir as a window set (harness/window_set.h). Returns the number of
