@@ -317,9 +317,32 @@ Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
   add_product(multi_folded, pa.abs, sb.multi_folded);
   Dense single_count = product(sa.single_count, pb.nonzero);
   add_product(single_count, pa.nonzero, sb.single_count);
+  // Where every output sees more than kDotSources distinct sources, the
+  // rule folds them all (single_folded + multi_folded), and the per-pair
+  // sums below are not needed. Decided from the pairs alone where the other
+  // operand has no zero: each pair of a vector with a nonzero coefficient
+  // then has an entry in every dot product of that vector, so the vector's
+  // dot products see at least that many distinct sources. A weight
+  // gradient after a normalizer (two sources per row of the reduction) is
+  // the case: [pairs x outputs] sums would otherwise cost rows x in x out.
+  const auto live_pairs_exceed = [](const Sources& s, long vectors) {
+    for (long v = 0; v < vectors; ++v) {
+      long live = 0;
+      for (long q : s.pairs_of_vector[static_cast<std::size_t>(v)])
+        for (long e = s.first[q]; e < s.first[q + 1]; ++e)
+          if (s.entry_c[e] != 0.0) {
+            ++live;
+            break;
+          }
+      if (live <= static_cast<long>(detail::kDotSources)) return false;
+    }
+    return true;
+  };
+  const bool fold_all = ((pb.nonzero.array() != 0.0).all() && live_pairs_exceed(sa, m)) ||
+                        ((pa.nonzero.array() != 0.0).all() && live_pairs_exceed(sb, p));
   const Dense value_a_t = pa.value.transpose(), nonzero_a_t = pa.nonzero.transpose();
-  const auto [merged_a, terms_a] = pair_sums(sa, pb.value, pb.nonzero);    // [pairs_a, p]
-  const auto [merged_b, terms_b] = pair_sums(sb, value_a_t, nonzero_a_t);  // [pairs_b, m]
+  const auto [merged_a, terms_a] = fold_all ? std::pair<Dense, Dense>() : pair_sums(sa, pb.value, pb.nonzero);    // [pairs_a, p]
+  const auto [merged_b, terms_b] = fold_all ? std::pair<Dense, Dense>() : pair_sums(sb, value_a_t, nonzero_a_t);  // [pairs_b, m]
   // M = sum (|a| + H_a)(|b| + H_b), with H = systematic + random + shared
   // magnitude: the sums above, added.
   const Dense magnitude = abs_product + systematic + random + single_folded + multi_folded;
@@ -344,48 +367,52 @@ Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
         s.magnitude = magnitude(i, j);
         s.abs_product = abs_product(i, j);
         s.reference = reference(i, j);
-        // Each source's merged coefficient and entries in this dot product; a
-      // source both operands carry has a pair on each side.
-      candidates.clear();
-      const auto& pairs_a = sa.pairs_of_vector[static_cast<std::size_t>(i)];
-      const auto& pairs_b = sb.pairs_of_vector[static_cast<std::size_t>(j)];
-      const auto other_side = [&](const Sources& other, const std::vector<long>& pairs, std::uint64_t source) {
-        for (long q : pairs)
-          if (other.term[q].source == source) return q;
-        return -1L;
-      };
-      for (long q : pairs_a) {
-        Candidate c{sa.term[q], merged_a(q, j), terms_a(q, j)};
-        if (sa.common[q]) {
-          const long qb = other_side(sb, pairs_b, c.term.source);
-          if (qb >= 0) {
-            c.coefficient += merged_b(qb, i);
-            c.entries += terms_b(qb, i);
+        if (fold_all) {
+          s.shared_systematic = single_folded(i, j) + multi_folded(i, j);
+        } else {
+          // Each source's merged coefficient and entries in this dot
+          // product; a source both operands carry has a pair on each side.
+          candidates.clear();
+          const auto& pairs_a = sa.pairs_of_vector[static_cast<std::size_t>(i)];
+          const auto& pairs_b = sb.pairs_of_vector[static_cast<std::size_t>(j)];
+          const auto other_side = [&](const Sources& other, const std::vector<long>& pairs, std::uint64_t source) {
+            for (long q : pairs)
+              if (other.term[q].source == source) return q;
+            return -1L;
+          };
+          for (long q : pairs_a) {
+            Candidate c{sa.term[q], merged_a(q, j), terms_a(q, j)};
+            if (sa.common[q]) {
+              const long qb = other_side(sb, pairs_b, c.term.source);
+              if (qb >= 0) {
+                c.coefficient += merged_b(qb, i);
+                c.entries += terms_b(qb, i);
+              }
+            }
+            candidates.push_back(c);
+          }
+          for (long q : pairs_b)
+            if (!sb.common[q] || other_side(sa, pairs_a, sb.term[q].source) < 0)
+              candidates.push_back({sb.term[q], merged_b(q, i), terms_b(q, i)});
+          // Distinct sources, as ref::dot counts them.
+          double sources = single_count(i, j);
+          for (const Candidate& c : candidates) sources += c.entries > 0.0;
+          if (sources > static_cast<double>(detail::kDotSources)) {
+            s.shared_systematic = single_folded(i, j) + multi_folded(i, j);
+          } else {
+            s.shared_systematic = single_folded(i, j);
+            kept.clear();
+            for (const Candidate& c : candidates) {
+              if (c.entries == 1.0) {
+                s.shared_systematic += std::abs(c.coefficient) * c.term.bound;
+              } else if (c.entries > 1.0 && c.coefficient != 0.0) {
+                kept.push_back({c.term.source, c.coefficient, c.term.bound});
+              }
+            }
+            detail::DotSources::keep_largest(kept, s);
           }
         }
-        candidates.push_back(c);
-      }
-      for (long q : pairs_b)
-        if (!sb.common[q] || other_side(sa, pairs_a, sb.term[q].source) < 0)
-          candidates.push_back({sb.term[q], merged_b(q, i), terms_b(q, i)});
-      // Distinct sources, as ref::dot counts them.
-      double sources = single_count(i, j);
-      for (const Candidate& c : candidates) sources += c.entries > 0.0;
-      if (sources > static_cast<double>(detail::kDotSources)) {
-        s.shared_systematic = single_folded(i, j) + multi_folded(i, j);
-      } else {
-        s.shared_systematic = single_folded(i, j);
-        kept.clear();
-        for (const Candidate& c : candidates) {
-          if (c.entries == 1.0) {
-            s.shared_systematic += std::abs(c.coefficient) * c.term.bound;
-          } else if (c.entries > 1.0 && c.coefficient != 0.0) {
-            kept.push_back({c.term.source, c.coefficient, c.term.bound});
-          }
-        }
-        detail::DotSources::keep_largest(kept, s);
-      }
-      detail::DotExactness x;
+        detail::DotExactness x;
         const VectorFacts &ra = fa[static_cast<std::size_t>(i)], &cb = fb[static_cast<std::size_t>(j)];
         x.max_bits_a = ra.max_bits;
         x.max_bits_b = cb.max_bits;

@@ -135,6 +135,35 @@ TEST(Matmul, OperandsSharingASourceFollowTheRule) {
   EXPECT_TRUE(kept);
 }
 
+// A weight gradient after a normalizer, dW = dy^T x: every row of the
+// reduction carries its statistics in both operands, so each output sees
+// one source per row, more than the rule follows: all are folded, which the
+// matrix form decides from the operands without the per-source sums.
+TEST(Matmul, ProductsOverManyRowsStatisticsFoldThemAll) {
+  Shapes g(13);
+  for (const long rows : {17L, 40L}) {
+    const long out = 5, in = 7;
+    Matrix<Bounded> dy_t(out, rows), x(rows, in);
+    const auto with_source = [&](double v, std::uint64_t source, double c) {
+      SharedTerms s;
+      s.term[0] = {source, c, 1e-7};
+      s.term[1] = {source + 500000, -0.5 * c, 2e-7};
+      s.count = 2;
+      const double mag = std::abs(v) + 0.1;
+      return Bounded::with_shared(v, {mag * 1e-7, mag * 2e-7, mag * 5e-8}, s, mag * 1e-16);
+    };
+    for (long r = 0; r < rows; ++r) {
+      for (long o = 0; o < out; ++o) dy_t(o, r) = with_source(static_cast<float>(g.normal()) + 3.0, 7000 + r, g.normal());
+      for (long i = 0; i < in; ++i) x(r, i) = with_source(static_cast<float>(g.normal()) - 3.0, 7000 + r, g.normal());
+    }
+    const Matrix<Bounded> fast = matmul(dy_t, x), rule = matmul_by_rule(dy_t, x);
+    for (long i = 0; i < fast.size(); ++i) {
+      expect_same(fast.data()[i], rule.data()[i], "rows " + std::to_string(rows) + ", element " + std::to_string(i));
+      EXPECT_EQ(rule.data()[i].shared.count, 0) << "more than 16 sources: all folded";
+    }
+  }
+}
+
 // The rule's bound holds for float32 GEMMs of exact float32 operands, in
 // two summation orders, with and without fused multiply-add.
 TEST(Matmul, BoundHoldsForFloat32Products) {
