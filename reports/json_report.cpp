@@ -9,6 +9,12 @@ namespace {
 
 constexpr int kReportSchemaVersion = 2;  // 2: properties carry "ran" and "replay"; "not_run" counts
 
+}  // namespace
+
+int report_schema_version() { return kReportSchemaVersion; }
+
+namespace {
+
 nlohmann::json check_json(const TensorCheck& c) {
   return {{"tensor", c.name},
           {"window", c.window},

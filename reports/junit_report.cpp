@@ -59,7 +59,7 @@ Outcome outcome_of(const PropertyRun& p) {
 
 }  // namespace
 
-std::string report_junit(const CheckReport& r) {
+std::string report_junit(const CheckReport& r, const nlohmann::json* drift, bool fail_on_drift) {
   // The suite is named after the backend, so cpu and cuda runs of one
   // pipeline do not collide.
   const std::string suite = "gradeq." + r.backend;
@@ -71,7 +71,18 @@ std::string report_junit(const CheckReport& r) {
   };
   for (const ScenarioResult& s : r.scenarios) count(outcome_of(s));
   for (const PropertyRun& p : r.properties) count(outcome_of(p));
-  const std::size_t tests = r.scenarios.size() + r.properties.size();
+  // Drift against a baseline: one test case, failing only when asked to.
+  std::string drift_message;
+  Outcome drift_outcome = Outcome::pass;
+  if (drift) {
+    const nlohmann::json& flags = drift->at("flags");
+    for (const nlohmann::json& f : flags)
+      drift_message += (drift_message.empty() ? "" : " | ") + f.value("kind", "") + ": " + f.value("check", "") + ": " +
+                       f.value("what", "");
+    if (!flags.empty() && fail_on_drift) drift_outcome = Outcome::failure;
+    count(drift_outcome);
+  }
+  const std::size_t tests = r.scenarios.size() + r.properties.size() + (drift ? 1 : 0);
   const std::string totals = fmt::format("tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" time=\"{:.3f}\"", tests,
                                          failures, errors, skipped, r.seconds);
   std::ostringstream x;
@@ -95,6 +106,15 @@ std::string report_junit(const CheckReport& r) {
     if (!p.counterexample.empty()) message += " | counterexample: " + p.counterexample;
     if (!p.reproduce.empty()) message += " | replay: " + replay_command(r, p);
     test_case(x, suite + ".property", p.name, p.seconds, outcome_of(p), message);
+  }
+  if (drift) {
+    if (drift_outcome == Outcome::pass && !drift_message.empty()) {
+      // Reported, not failed: the flags go to the test case's output.
+      x << "  <testcase classname=\"" << xml_escape(suite) << ".drift\" name=\"baseline\" time=\"0.000\">\n"
+        << "    <system-out>" << xml_escape(drift_message) << "</system-out>\n  </testcase>\n";
+    } else {
+      test_case(x, suite + ".drift", "baseline", 0.0, drift_outcome, drift_message);
+    }
   }
   x << "</testsuite>\n</testsuites>\n";
   return x.str();

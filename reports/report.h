@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -24,7 +25,24 @@ std::string norm_sweep_markdown(const NormSweep& sweep);
 nlohmann::json precision_sweep_json(const PrecisionSweep& sweep);
 std::string precision_sweep_markdown(const PrecisionSweep& sweep);
 std::string report_markdown(const CheckReport& report);
-std::string report_junit(const CheckReport& report);
+// With drift (compare_to_baseline), a "drift" test case: a <failure> when
+// fail_on_drift and anything drifted.
+std::string report_junit(const CheckReport& report, const nlohmann::json* drift = nullptr, bool fail_on_drift = false);
+
+// report.json's schema version (bumped whenever a field changes meaning or goes away).
+int report_schema_version();
+
+// Drift against a baseline report.json (`gradeq report --baseline`): a
+// tensor's or property's err/bound that grew more than kDriftFactor times
+// and by at least kDriftFloor, a verdict that changed, a check new or
+// missing. check_baseline refuses (std::invalid_argument) a document that
+// is not a report of this schema version; compare_to_baseline also one
+// that ran other scenarios. The result: {"flags": [...], "compared", ...}.
+inline constexpr double kDriftFactor = 2.0, kDriftFloor = 0.05;
+void check_baseline(const nlohmann::json& baseline);
+void check_baseline_scenarios(const std::vector<std::string>& scenarios, const nlohmann::json& baseline);
+nlohmann::json compare_to_baseline(const nlohmann::json& current, const nlohmann::json& baseline);
+std::string drift_markdown(const nlohmann::json& drift);
 
 // What `gradeq check`, `gradeq selftest` and `gradeq list` print.
 std::string check_summary(const CheckReport& report);
@@ -33,7 +51,8 @@ std::string selftest_summary(const SelfTestReport& report);
 std::string catalogue_listing(const std::string& what);
 
 // Writes report.json, report.md and junit.xml into dir (created if needed).
-void write_reports(const std::filesystem::path& dir, const CheckReport& report);
+void write_reports(const std::filesystem::path& dir, const CheckReport& report, const nlohmann::json* drift = nullptr,
+                   bool fail_on_drift = false);
 void write_text(const std::filesystem::path& path, const std::string& text);
 // Removes an earlier run's reports from dir before a run writes new ones,
 // so that a run that does not finish leaves none that look current.

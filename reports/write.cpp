@@ -45,11 +45,14 @@ void remove_stale(const std::filesystem::path& dir, std::initializer_list<const 
   }
 }
 
-void write_reports(const std::filesystem::path& dir, const CheckReport& report) {
+void write_reports(const std::filesystem::path& dir, const CheckReport& report, const nlohmann::json* drift,
+                   bool fail_on_drift) {
   std::filesystem::create_directories(dir);
-  write_text(dir / "report.json", report_json(report).dump(2) + "\n");
-  write_text(dir / "report.md", report_markdown(report));
-  write_text(dir / "junit.xml", report_junit(report));
+  nlohmann::json json = report_json(report);
+  if (drift) json["drift"] = *drift;
+  write_text(dir / "report.json", json.dump(2) + "\n");
+  write_text(dir / "report.md", report_markdown(report) + (drift ? drift_markdown(*drift) : std::string()));
+  write_text(dir / "junit.xml", report_junit(report, drift, fail_on_drift));
 }
 
 }  // namespace gradeq

@@ -42,6 +42,17 @@ expect 2 "not a directory" -- verify "$work/no_such_directory"
 mkdir -p "$work/empty"
 expect 2 "manifest.json: missing" -- verify "$work/empty"
 expect 2 "dir is required|required" -- verify
+# Drift against a baseline: refused before the run when it cannot be
+# compared; flagged, and a failure only with --fail-on-drift.
+expect 2 "requires --baseline" -- check --fail-on-drift
+echo '{}' >"$work/not_a_report.json"
+expect 2 "not a gradeq report" -- check --baseline "$work/not_a_report.json" --scenario exact_dyadic
+expect 0 "PASS" -- report --scenario mlp_mse_equal --property Exactness --out "$work/base"
+expect 2 "the baseline ran other scenarios" -- check --scenario exact_dyadic --baseline "$work/base/report.json"
+expect 0 "0 of [0-9]+ checks flagged" -- check --scenario mlp_mse_equal --property Exactness --baseline "$work/base/report.json" --fail-on-drift
+sed -E 's/("worst_ratio": )0\.1([0-9])/\10.0\2/' "$work/base/report.json" >"$work/tight.json"
+expect 1 "grown .*fails the run|fails the run" -- check --scenario mlp_mse_equal --property Exactness --baseline "$work/tight.json" --fail-on-drift
+expect 0 "checks flagged" -- check --scenario mlp_mse_equal --property Exactness --baseline "$work/tight.json"
 expect 2 "campaign" -- selftest --campaign 0
 # Without a device (or without a CUDA build) cuda is an environment error
 # with the reason; with one, the same gate runs on it.

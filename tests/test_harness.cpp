@@ -262,5 +262,59 @@ TEST(Reports, JsonAndJunitSayWhatHappened) {
   EXPECT_NE(junit.find("<failure message=\"accumulation equivalence: outside its bound\""), std::string::npos) << junit;
 }
 
+// Drift against a baseline, both ways: an identical baseline flags
+// nothing; one with tighter ratios flags exactly the tensors that grew past
+// the rule (2x and 0.05); a changed verdict, a check new or missing, another
+// schema version or other scenarios are said.
+TEST(Reports, DriftFlagsWhatGrewAndNothingElse) {
+  GateOptions options;
+  options.scenarios = {"mlp_mse_equal", "token_ce_padded_uneven"};
+  options.properties = {"Exactness"};
+  CpuBackend cpu;
+  const nlohmann::json now = report_json(run_gate(options, cpu));
+  EXPECT_TRUE(compare_to_baseline(now, now).at("flags").empty());
+
+  nlohmann::json tight = now;
+  long expected = 0;
+  for (auto& sc : tight["scenarios"])
+    for (auto& v : sc["verdicts"])
+      for (auto& t : v["tensors"]) {
+        if (!t["worst_ratio"].is_number()) continue;
+        const double r = t["worst_ratio"];
+        // A third of r: grown 3x. Flagged where the growth is >= 0.05, and
+        // not where the divergence is expected (BatchNorm's, not here).
+        t["worst_ratio"] = r / 3.0;
+        expected += r - r / 3.0 >= kDriftFloor && r > 0.0;
+      }
+  const nlohmann::json drift = compare_to_baseline(now, tight);
+  long grown = 0;
+  for (const auto& f : drift.at("flags")) grown += f.at("kind") == "grown";
+  EXPECT_GT(expected, 0);
+  EXPECT_EQ(grown, expected) << drift.dump(1);
+  EXPECT_FALSE(drift_markdown(drift).find("| grown |") == std::string::npos);
+
+  nlohmann::json changed = now;
+  changed["scenarios"][0]["verdicts"][1]["status"] = "FAIL";
+  changed["scenarios"][1]["verdicts"][0]["tensors"].erase(0);
+  changed["properties"][0]["passed"] = false;
+  const nlohmann::json d2 = compare_to_baseline(now, changed);
+  std::map<std::string, long> kinds;
+  for (const auto& f : d2.at("flags")) ++kinds[f.at("kind").get<std::string>()];
+  EXPECT_EQ(kinds["verdict changed"], 2) << d2.dump(1);
+  EXPECT_EQ(kinds["new"], 1) << d2.dump(1);
+
+  nlohmann::json other_version = now;
+  other_version["schema_version"] = 1;
+  EXPECT_THROW(compare_to_baseline(now, other_version), std::invalid_argument);
+  nlohmann::json other_scenarios = now;
+  other_scenarios["scenarios"].erase(0);
+  EXPECT_THROW(compare_to_baseline(now, other_scenarios), std::invalid_argument);
+
+  // JUnit: one drift test case, a failure only when asked.
+  const CheckReport report = run_gate(options, cpu);
+  EXPECT_EQ(report_junit(report, &drift, false).find("<failure"), std::string::npos);
+  EXPECT_NE(report_junit(report, &drift, true).find("<failure message=\"grown: "), std::string::npos);
+}
+
 }  // namespace
 }  // namespace gradeq

@@ -73,6 +73,8 @@ struct CheckArgs {
   std::string size;  // empty: the suite's (small for default, large for scale)
   std::string suite = "default";
   std::string report_dir, junit_file, dump_dir, config_file;
+  std::string baseline;        // an earlier report.json to compare against
+  bool fail_on_drift = false;  // drift fails the run (exit 1)
 };
 
 SizeTier size_tier_of(const std::string& name) { return name == "large" ? SizeTier::large : SizeTier::small; }
@@ -137,6 +139,25 @@ void add_check_options(CLI::App& cmd, CheckArgs& a) {
   cmd.add_option("--dump", a.dump_dir, "Write the tensors of the one --scenario as .npy files into this directory");
   add_size_option(cmd, a.size);
   add_memory_option(cmd, a.max_memory);
+  CLI::Option* baseline =
+      cmd.add_option("--baseline", a.baseline, "Compare with this earlier report.json: err/bound grown > 2x (and by >= 0.05), "
+                                               "verdicts changed, checks new or missing")
+          ->check(CLI::ExistingFile);
+  cmd.add_flag("--fail-on-drift", a.fail_on_drift, "Drift against the baseline fails the run (exit 1, a JUnit failure)")
+      ->needs(baseline);
+}
+
+// The baseline report, read and checked before any work.
+nlohmann::json read_baseline(const std::string& path) {
+  std::ifstream in(path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument("--baseline " + path + ": not JSON (" + e.what() + ")");
+  }
+  check_baseline(j);
+  return j;
 }
 
 // A run seed: any 64-bit unsigned value, written in decimal, nothing else
@@ -190,6 +211,8 @@ int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir, 
   if (!a.junit_file.empty()) require_writable_file(a.junit_file, "--junit");
   if (report_dir) remove_stale(*report_dir, {"report.json", "report.md", "junit.xml"});
   if (!a.dump_dir.empty()) require_writable_directory(a.dump_dir);
+  const std::optional<nlohmann::json> baseline =
+      a.baseline.empty() ? std::nullopt : std::optional<nlohmann::json>(read_baseline(a.baseline));
   GateOptions options;
   if (!a.config_file.empty()) options.suite = load_scenarios(a.config_file);
   if (a.suite != "default") options.suite = named_suite(a.suite);
@@ -211,6 +234,8 @@ int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir, 
   options.norm_sweep.seed = options.precision_sweep.seed = options.seed;
   options.size = size_tier_of(a.size.empty() ? (a.suite == "scale" ? "large" : "small") : a.size);
 
+  // A baseline of other scenarios cannot be compared: said before the run.
+  if (baseline) check_baseline_scenarios(selected_scenarios(options), *baseline);
   std::cout << fmt::format("gradeq check: backend {}, {} suite, seed {}, {} cases per property, {} shapes, {} error model\n",
                            backend->name(), a.config_file.empty() ? a.suite : a.config_file, options.seed, a.cases,
                            size_tier_name(options.size), a.error_model);
@@ -218,20 +243,32 @@ int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir, 
   const CheckReport report = run_gate(options, *backend, correct_loop(), progress);
   end_progress();
   std::cout << check_summary(report);
+  std::optional<nlohmann::json> drift;
+  if (baseline) {
+    drift = compare_to_baseline(report_json(report), *baseline);
+    const nlohmann::json& flags = drift->at("flags");
+    std::cout << fmt::format("drift against {}: {} of {} checks flagged{}\n", a.baseline, flags.size(),
+                             drift->value("compared", 0L), flags.empty() ? "" : a.fail_on_drift ? " (fails the run)" : "");
+    for (const nlohmann::json& f : flags)
+      std::cout << fmt::format("  {:16} {}: {} (err/bound {} -> {})\n", f.value("kind", ""), f.value("check", ""),
+                               f.value("what", ""), f.at("baseline_ratio").dump(), f.at("ratio").dump());
+  }
+  const nlohmann::json* drift_json = drift ? &*drift : nullptr;
 
   if (report_dir) {
-    write_reports(*report_dir, report);
+    write_reports(*report_dir, report, drift_json, a.fail_on_drift);
     std::cout << "wrote " << *report_dir << "/report.json, report.md, junit.xml\n";
   }
   if (!a.junit_file.empty()) {
-    write_text(a.junit_file, report_junit(report));
+    write_text(a.junit_file, report_junit(report, drift_json, a.fail_on_drift));
     std::cout << "wrote " << a.junit_file << "\n";
   }
   if (!a.dump_dir.empty()) {
     const int files = dump_scenario_run(options, *backend, a.scenarios.front(), a.dump_dir);
     std::cout << "wrote " << files << " files into " << a.dump_dir << " (manifest.json names them)\n";
   }
-  return report.passed() ? kExitPass : kExitFail;
+  const bool drifted = drift && !drift->at("flags").empty();
+  return report.passed() && !(drifted && a.fail_on_drift) ? kExitPass : kExitFail;
 }
 
 struct VerifyArgs {

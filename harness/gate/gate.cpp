@@ -68,6 +68,14 @@ std::string replay_command(const CheckReport& report, const PropertyRun& run) {
   return command;
 }
 
+std::vector<std::string> selected_scenarios(const GateOptions& options) {
+  if (!options.run_scenarios) return {};
+  if (!options.scenarios.empty()) return options.scenarios;
+  std::vector<std::string> names;
+  for (const ScenarioSpec& s : suite_of(options)) names.push_back(s.name);
+  return names;
+}
+
 CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFactory& loop,
                      const ProgressSink& progress) {
   const auto start = std::chrono::steady_clock::now();

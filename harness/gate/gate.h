@@ -69,6 +69,9 @@ struct CheckReport {
 // --backend B --property P [...]. Empty where there is nothing to replay.
 std::string replay_command(const CheckReport& report, const PropertyRun& run);
 
+// The names of the scenarios run_gate will run (unknown names are its to refuse).
+std::vector<std::string> selected_scenarios(const GateOptions& options);
+
 // Throws std::invalid_argument for unknown scenario or property names.
 CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFactory& loop = correct_loop(),
                      const ProgressSink& progress = {});
