@@ -74,6 +74,19 @@ std::string ScenarioResult::first_failure() const {
   return "";
 }
 
+std::vector<double> kernel_bounds(const ReferenceTensor& e) {
+  std::vector<double> bound(e.value.size());
+  for (std::size_t i = 0; i < bound.size(); ++i) bound[i] = kernel_bound(e.kernel_bound[i], e.reference_bound[i]);
+  return bound;
+}
+
+std::vector<double> accumulation_bounds(const ReferenceTensor& acc, const ReferenceTensor& full) {
+  std::vector<double> bound(full.value.size());
+  for (std::size_t i = 0; i < bound.size(); ++i)
+    bound[i] = accumulation_bound(acc.kernel_bound[i], acc.reference_bound[i], full.reference_bound[i]);
+  return bound;
+}
+
 bool expects_equivalence(const ScenarioSpec& spec) {
   if (!ref::has_batch_norm(spec.model) || spec.procedure.batch_norm == ref::BatchNormMode::exact_window) return true;
   // Per-micro-batch BatchNorm equals the full batch only when each window is one micro-batch.
@@ -132,22 +145,16 @@ ScenarioResult judge(const Scenario& scenario, const Runs& runs) {
     for (const auto& [label, expected_run, kernel_run] :
          {std::tuple{"full: ", &runs.r_full_at_k_full, &runs.k_full}, std::tuple{"acc: ", &runs.r_acc_at_k_acc, &runs.k_acc}}) {
       if (kernel_run->windows.empty()) continue;  // an external run without its full-batch counterpart
-      for (const ReferenceTensor& e : expected_run->windows[w].tensors) {
-        std::vector<double> bound(e.value.size());
-        for (std::size_t i = 0; i < bound.size(); ++i) bound[i] = kernel_bound(e.kernel_bound[i], e.reference_bound[i]);
+      for (const ReferenceTensor& e : expected_run->windows[w].tensors)
         add(result.kernel, w, label + e.name, e, dtype_of(e.kind, spec.precision), e.value,
-            find_tensor(kernel_run->windows[w], e.name).values, bound);
-      }
+            find_tensor(kernel_run->windows[w], e.name).values, kernel_bounds(e));
     }
     // Accumulation equivalence: K_acc against R_full from K_acc's state.
     for (const ReferenceTensor& full : runs.r_full_at_k_acc.windows[w].tensors) {
       const ReferenceTensor* acc = find_optional(runs.r_acc_at_k_acc.windows[w], full.name);
       if (!acc) continue;
-      std::vector<double> bound(full.value.size());
-      for (std::size_t i = 0; i < bound.size(); ++i)
-        bound[i] = accumulation_bound(acc->kernel_bound[i], acc->reference_bound[i], full.reference_bound[i]);
       add(result.accumulation, w, full.name, full, dtype_of(full.kind, spec.precision), full.value,
-          find_tensor(runs.k_acc.windows[w], full.name).values, bound);
+          find_tensor(runs.k_acc.windows[w], full.name).values, accumulation_bounds(*acc, full));
     }
   }
   conclude(result.math, !equivalent);

@@ -77,6 +77,13 @@ struct ScenarioResult {
 // divergence" (docs/BUGS.md: yolov5 1630, PyTorch 46516).
 bool expects_equivalence(const ScenarioSpec& spec);
 
+// Per element, the bound each verdict compares with (harness/tolerance.h):
+// kernel correctness against the reference from the kernel's own state,
+// accumulation equivalence of K_acc against R_full from K_acc's state.
+// The verdicts and the window-set writer use the same ones.
+std::vector<double> kernel_bounds(const ReferenceTensor& expected);
+std::vector<double> accumulation_bounds(const ReferenceTensor& acc, const ReferenceTensor& full);
+
 Runs execute(const Scenario& scenario, Backend& backend, const LoopFactory& loop, const ErrorModel& model);
 ScenarioResult judge(const Scenario& scenario, const Runs& runs);
 ScenarioResult check_scenario(const ScenarioSpec& spec, Backend& backend, const LoopFactory& loop,

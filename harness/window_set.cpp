@@ -248,31 +248,26 @@ int write_window_set(const std::filesystem::path& dir, const Scenario& scenario,
   // kernel run against the reference from its own state) and accumulation
   // equivalence (K_acc against R_full from K_acc's state).
   nlohmann::json bounds = nlohmann::json::object();
-  const auto kernel_bounds = [&](const std::string& name, const ReferenceRun& r) {
+  const auto write_kernel_bounds = [&](const std::string& name, const ReferenceRun& r) {
     nlohmann::json ws = nlohmann::json::array();
     for (std::size_t w = 0; w < r.windows.size(); ++w) {
       nlohmann::json tensors = nlohmann::json::object();
-      for (const ReferenceTensor& t : r.windows[w].tensors) {
-        std::vector<double> b(t.value.size());
-        for (std::size_t i = 0; i < b.size(); ++i) b[i] = kernel_bound(t.kernel_bound[i], t.reference_bound[i]);
-        tensors[t.name] = write(window_set_file("bound_" + name, w, t.name), {t.rows, t.cols}, b);
-      }
+      for (const ReferenceTensor& t : r.windows[w].tensors)
+        tensors[t.name] = write(window_set_file("bound_" + name, w, t.name), {t.rows, t.cols}, kernel_bounds(t));
       ws.push_back({{"tensors", tensors}});
     }
     bounds[name] = {{"verdict", "kernel correctness"}, {"windows", ws}};
   };
-  kernel_bounds("K_acc", runs.r_acc_at_k_acc);
-  if (!runs.k_full.windows.empty()) kernel_bounds("K_full", runs.r_full_at_k_full);
+  write_kernel_bounds("K_acc", runs.r_acc_at_k_acc);
+  if (!runs.k_full.windows.empty()) write_kernel_bounds("K_full", runs.r_full_at_k_full);
   nlohmann::json ws = nlohmann::json::array();
   for (std::size_t w = 0; w < runs.r_full_at_k_acc.windows.size(); ++w) {
     nlohmann::json tensors = nlohmann::json::object();
     for (const ReferenceTensor& full : runs.r_full_at_k_acc.windows[w].tensors) {
       const ReferenceTensor* acc = find_optional(runs.r_acc_at_k_acc.windows[w], full.name);
       if (!acc) continue;
-      std::vector<double> b(full.value.size());
-      for (std::size_t i = 0; i < b.size(); ++i)
-        b[i] = accumulation_bound(acc->kernel_bound[i], acc->reference_bound[i], full.reference_bound[i]);
-      tensors[full.name] = write(window_set_file("bound_accumulation", w, full.name), {full.rows, full.cols}, b);
+      tensors[full.name] = write(window_set_file("bound_accumulation", w, full.name), {full.rows, full.cols},
+                                 accumulation_bounds(*acc, full));
     }
     ws.push_back({{"tensors", tensors}});
   }
