@@ -95,19 +95,24 @@ bool expects_equivalence(const ScenarioSpec& spec) {
   return true;
 }
 
+void add_reference_runs(const Scenario& scenario, Runs& runs, const ErrorModel& model) {
+  const Split full = full_batch_split(scenario.spec.split);
+  runs.r_full = run_reference(scenario, full, model);
+  runs.r_acc = run_reference(scenario, scenario.spec.split, model);
+  if (!runs.k_full.windows.empty())
+    runs.r_full_at_k_full = run_reference_from(scenario, full, runs.k_full, model, false, &runs.r_full);
+  runs.r_acc_at_k_acc = run_reference_from(scenario, scenario.spec.split, runs.k_acc, model, false, &runs.r_acc);
+  runs.r_full_at_k_acc = run_reference_from(scenario, full, runs.k_acc, model, /*impose_skips=*/true, &runs.r_full);
+}
+
 Runs execute(const Scenario& scenario, Backend& backend, const LoopFactory& loop, const ErrorModel& model) {
   if (scenario.spec.procedure.batch_norm == ref::BatchNormMode::exact_window)
     throw std::invalid_argument("scenario " + scenario.spec.name +
                                 ": exact-window batchnorm is a reference-only mode (see `gradeq sweep norms`)");
-  const Split full = full_batch_split(scenario.spec.split);
   Runs runs;
-  runs.r_full = run_reference(scenario, full, model);
-  runs.r_acc = run_reference(scenario, scenario.spec.split, model);
-  runs.k_full = loop(backend)->run(scenario, full);
+  runs.k_full = loop(backend)->run(scenario, full_batch_split(scenario.spec.split));
   runs.k_acc = loop(backend)->run(scenario, scenario.spec.split);
-  runs.r_full_at_k_full = run_reference_from(scenario, full, runs.k_full, model);
-  runs.r_acc_at_k_acc = run_reference_from(scenario, scenario.spec.split, runs.k_acc, model);
-  runs.r_full_at_k_acc = run_reference_from(scenario, full, runs.k_acc, model, /*impose_skips=*/true);
+  add_reference_runs(scenario, runs, model);
   return runs;
 }
 

@@ -84,6 +84,9 @@ bool expects_equivalence(const ScenarioSpec& spec);
 std::vector<double> kernel_bounds(const ReferenceTensor& expected);
 std::vector<double> accumulation_bounds(const ReferenceTensor& acc, const ReferenceTensor& full);
 
+// The five reference runs for the kernel runs in `runs` (k_full may be
+// empty: then r_full_at_k_full is too).
+void add_reference_runs(const Scenario& scenario, Runs& runs, const ErrorModel& model);
 Runs execute(const Scenario& scenario, Backend& backend, const LoopFactory& loop, const ErrorModel& model);
 ScenarioResult judge(const Scenario& scenario, const Runs& runs);
 ScenarioResult check_scenario(const ScenarioSpec& spec, Backend& backend, const LoopFactory& loop,

@@ -126,12 +126,16 @@ ReferenceWindow run_reference_window(const Scenario& scenario, std::size_t w, co
 }
 
 ReferenceRun run_reference_from(const Scenario& scenario, const Split& split, const KernelRun& kernel,
-                                const ErrorModel& model, bool impose_skips) {
+                                const ErrorModel& model, bool impose_skips, const ReferenceRun* own) {
   if (kernel.windows.size() != split.size()) throw std::invalid_argument("run_reference_from: kernel run and split disagree");
+  if (own && own->windows.size() != split.size()) throw std::invalid_argument("run_reference_from: own run and split disagree");
+  const bool reuse_first = own && !scenario.spec.procedure.loss_scaling.dynamic;
   ReferenceRun out;
   for (std::size_t w = 0; w < split.size(); ++w)
-    out.windows.push_back(run_reference_window(scenario, w, split[w], w ? &kernel.windows[w - 1] : nullptr, model,
-                                               ref::SkipRule{kernel.windows[w].skipped, impose_skips}));
+    out.windows.push_back(w == 0 && reuse_first
+                              ? own->windows[0]
+                              : run_reference_window(scenario, w, split[w], w ? &kernel.windows[w - 1] : nullptr, model,
+                                                     ref::SkipRule{kernel.windows[w].skipped, impose_skips}));
   return out;
 }
 

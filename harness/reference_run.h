@@ -34,7 +34,10 @@ ReferenceWindow run_reference_window(const Scenario& scenario, std::size_t w, co
 // from an accumulated run's state must see the same decision to be
 // comparable, since an accumulation buffer can overflow on a partial sum
 // where the full batch does not.
+// own: the reference's own run over the same split, when already computed.
+// Its first window starts from the same state; without dynamic loss scaling
+// the kernel's decision does not enter it, so it is reused, not recomputed.
 ReferenceRun run_reference_from(const Scenario& scenario, const Split& split, const KernelRun& kernel,
-                                const ErrorModel& model, bool impose_skips = false);
+                                const ErrorModel& model, bool impose_skips = false, const ReferenceRun* own = nullptr);
 
 }  // namespace gradeq

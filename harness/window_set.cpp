@@ -591,17 +591,10 @@ WindowSet read_checked(const std::filesystem::path& dir) {
 ScenarioResult verify_window_set(const WindowSet& set, const ErrorModel& model) {
   const auto start = std::chrono::steady_clock::now();
   const Scenario& scenario = set.scenario;
-  const Split full = full_batch_split(scenario.spec.split);
   Runs runs;
-  runs.r_full = run_reference(scenario, full, model);
-  runs.r_acc = run_reference(scenario, scenario.spec.split, model);
   runs.k_acc = set.k_acc;
-  if (set.k_full) {
-    runs.k_full = *set.k_full;
-    runs.r_full_at_k_full = run_reference_from(scenario, full, runs.k_full, model);
-  }
-  runs.r_acc_at_k_acc = run_reference_from(scenario, scenario.spec.split, runs.k_acc, model);
-  runs.r_full_at_k_acc = run_reference_from(scenario, full, runs.k_acc, model, /*impose_skips=*/true);
+  if (set.k_full) runs.k_full = *set.k_full;
+  add_reference_runs(scenario, runs, model);
   ScenarioResult result = judge(scenario, runs);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;

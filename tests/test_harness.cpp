@@ -160,6 +160,39 @@ TEST(Equivalence, ForgottenOneOverNFailsTheGate) {
   EXPECT_GT(r.accumulation.worst_ratio, 10.0);
 }
 
+// Without dynamic loss scaling every run's first window starts from the
+// initial state and no kernel decision enters it, so execute() reuses the
+// reference's own first window. It must be bit for bit the window a run
+// from the kernel's state computes.
+TEST(Equivalence, ReusedFirstWindowIsTheOneComputedFromTheKernelRun) {
+  CpuBackend cpu;
+  long reused = 0;
+  for (const ScenarioSpec& spec : default_scenarios()) {
+    if (spec.procedure.loss_scaling.dynamic) continue;
+    const Scenario s = materialize(spec);
+    const Runs runs = execute(s, cpu, correct_loop(), ErrorModel{});
+    const Split full = full_batch_split(spec.split);
+    auto expect_same = [&](const ReferenceWindow& reused_window, const std::vector<long>& micro_batches,
+                           const KernelWindow& kernel, bool impose) {
+      const ReferenceWindow computed = run_reference_window(s, 0, micro_batches, nullptr, ErrorModel{},
+                                                            ref::SkipRule{kernel.skipped, impose});
+      ASSERT_EQ(computed.tensors.size(), reused_window.tensors.size()) << spec.name;
+      EXPECT_EQ(computed.loss, reused_window.loss) << spec.name;
+      for (std::size_t t = 0; t < computed.tensors.size(); ++t) {
+        const ReferenceTensor &a = computed.tensors[t], &b = reused_window.tensors[t];
+        EXPECT_EQ(a.value, b.value) << spec.name << " " << a.name;
+        EXPECT_EQ(a.kernel_bound, b.kernel_bound) << spec.name << " " << a.name;
+        EXPECT_EQ(a.reference_bound, b.reference_bound) << spec.name << " " << a.name;
+      }
+      ++reused;
+    };
+    expect_same(runs.r_full_at_k_full.windows[0], full[0], runs.k_full.windows[0], false);
+    expect_same(runs.r_acc_at_k_acc.windows[0], spec.split[0], runs.k_acc.windows[0], false);
+    expect_same(runs.r_full_at_k_acc.windows[0], full[0], runs.k_acc.windows[0], true);
+  }
+  EXPECT_GT(reused, 0) << "no default scenario without dynamic loss scaling";
+}
+
 // The whole gate (suite and properties), as `gradeq check` runs it: passes
 // on the host backend, fails with the broken one.
 TEST(Gate, PassesOnCorrectCodeAndFailsWhenOneOverNIsForgotten) {
