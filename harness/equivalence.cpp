@@ -2,8 +2,10 @@
 #include "harness/equivalence.h"
 
 #include <chrono>
-#include <tuple>
 #include <stdexcept>
+#include <tuple>
+
+#include "reference/parallel.h"
 
 namespace gradeq {
 namespace {
@@ -96,13 +98,19 @@ bool expects_equivalence(const ScenarioSpec& spec) {
 }
 
 void add_reference_runs(const Scenario& scenario, Runs& runs, const ErrorModel& model) {
-  const Split full = full_batch_split(scenario.spec.split);
-  runs.r_full = run_reference(scenario, full, model);
-  runs.r_acc = run_reference(scenario, scenario.spec.split, model);
-  if (!runs.k_full.windows.empty())
-    runs.r_full_at_k_full = run_reference_from(scenario, full, runs.k_full, model, false, &runs.r_full);
-  runs.r_acc_at_k_acc = run_reference_from(scenario, scenario.spec.split, runs.k_acc, model, false, &runs.r_acc);
-  runs.r_full_at_k_acc = run_reference_from(scenario, full, runs.k_acc, model, /*impose_skips=*/true, &runs.r_full);
+  const Split& split = scenario.spec.split;
+  const Split full = full_batch_split(split);
+  // The full-batch runs on one thread, the accumulated ones on the other:
+  // each run is computed alone, so the results do not depend on it.
+  ref::concurrently([&] { runs.r_full = run_reference(scenario, full, model); },
+                    [&] { runs.r_acc = run_reference(scenario, split, model); });
+  ref::concurrently(
+      [&] {
+        if (!runs.k_full.windows.empty())
+          runs.r_full_at_k_full = run_reference_from(scenario, full, runs.k_full, model, false, &runs.r_full);
+        runs.r_full_at_k_acc = run_reference_from(scenario, full, runs.k_acc, model, /*impose_skips=*/true, &runs.r_full);
+      },
+      [&] { runs.r_acc_at_k_acc = run_reference_from(scenario, split, runs.k_acc, model, false, &runs.r_acc); });
 }
 
 Runs execute(const Scenario& scenario, Backend& backend, const LoopFactory& loop, const ErrorModel& model) {

@@ -139,6 +139,12 @@ class Backend {
   // ---- determinism: when on, results are bitwise identical run to run.
   virtual void set_deterministic(bool on) = 0;
   virtual bool deterministic() const = 0;
+
+  // ---- processes: whether a copy of this backend made by fork() works in
+  // the child (host memory only, no driver state). The gate then runs
+  // properties in a worker process beside this one. Off unless a backend
+  // says so.
+  virtual bool survives_fork() const { return false; }
 };
 
 }  // namespace gradeq

@@ -1,14 +1,17 @@
 // property_runner.cpp — RapidCheck's checkProperty with gradeq's reporting.
 #include "properties/property_runner.h"
 
+#include <bit>
 #include <chrono>
 #include <cstdlib>
 #include <unordered_map>
 #include <sstream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <rapidcheck/detail/Configuration.h>
 
+#include "harness/config.h"
 #include "properties/generators.h"
 
 namespace gradeq {
@@ -123,6 +126,48 @@ PropertyRun run_property(const Property& p, PropertyContext& ctx, const Property
   }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
+}
+
+namespace {
+std::uint64_t bits(double x) { return std::bit_cast<std::uint64_t>(x); }
+double from_bits(const nlohmann::json& j) { return std::bit_cast<double>(j.get<std::uint64_t>()); }
+}  // namespace
+
+std::string encode_property_run(const PropertyRun& r) {
+  nlohmann::json j = {{"name", r.name},
+                      {"ran", r.ran},
+                      {"passed", r.passed},
+                      {"cases", r.cases},
+                      {"counterexample", r.counterexample},
+                      {"message", r.message},
+                      {"reproduce", r.reproduce},
+                      {"worst_ratio", bits(r.worst_ratio)},
+                      {"worst_case", r.worst_case},
+                      {"discarded_vacuous", r.discarded_vacuous},
+                      {"discarded_ill_conditioned", r.discarded_ill_conditioned},
+                      {"seconds", bits(r.seconds)}};
+  if (r.counterexample_spec) j["counterexample_spec"] = scenario_to_json(*r.counterexample_spec);
+  return j.dump();
+}
+
+PropertyRun decode_property_run(const std::string& line) {
+  const nlohmann::json j = nlohmann::json::parse(line);
+  PropertyRun r;
+  r.name = j.at("name").get<std::string>();
+  r.ran = j.at("ran").get<bool>();
+  r.passed = j.at("passed").get<bool>();
+  r.cases = j.at("cases").get<int>();
+  r.counterexample = j.at("counterexample").get<std::string>();
+  r.message = j.at("message").get<std::string>();
+  r.reproduce = j.at("reproduce").get<std::string>();
+  r.worst_ratio = from_bits(j.at("worst_ratio"));
+  r.worst_case = j.at("worst_case").get<std::string>();
+  r.discarded_vacuous = j.at("discarded_vacuous").get<long>();
+  r.discarded_ill_conditioned = j.at("discarded_ill_conditioned").get<long>();
+  r.seconds = from_bits(j.at("seconds"));
+  if (j.contains("counterexample_spec"))
+    r.counterexample_spec = scenario_from_json(j.at("counterexample_spec"), "a property worker's counterexample");
+  return r;
 }
 
 }  // namespace gradeq

@@ -57,4 +57,9 @@ std::vector<std::string> replayed_properties();
 // seed / cases explicitly (non-zero seed, cases > 0).
 PropertyRun run_property(const Property& p, PropertyContext& ctx, const PropertyRunConfig& config);
 
+// A run as one line of text and back, exactly (doubles by their bits): how a
+// worker process hands its results to the gate.
+std::string encode_property_run(const PropertyRun& run);
+PropertyRun decode_property_run(const std::string& line);
+
 }  // namespace gradeq

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "reference/dot.h"
+#include "reference/parallel.h"
 
 namespace gradeq::ref {
 namespace {
@@ -30,16 +31,6 @@ bool all_zero(const Dense& x) { return (x.array() == 0.0).all(); }
 // repay starting them; every worker runs under the caller's rounding model.
 constexpr long kPanelRows = 64;
 constexpr double kParallelWork = 0x1p22;  // multiply-adds
-
-// GRADEQ_THREADS, when set to a positive number; else every core.
-long thread_limit() {
-  static const long cores = std::max(1u, std::thread::hardware_concurrency());
-  if (const char* v = std::getenv("GRADEQ_THREADS")) {
-    const long n = std::strtol(v, nullptr, 10);
-    if (n >= 1) return n;
-  }
-  return cores;
-}
 
 template <class F>
 void for_panels(long rows, double work, F&& panel) {

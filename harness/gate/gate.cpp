@@ -7,8 +7,10 @@
 #include <ctime>
 #include <stdexcept>
 
-#include "harness/window_set.h"
+#include "harness/gate/worker.h"
 #include "harness/suite.h"
+#include "harness/window_set.h"
+#include "reference/parallel.h"
 
 namespace gradeq {
 namespace {
@@ -127,40 +129,48 @@ CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFac
   for (const ScenarioSpec& s : scenarios) require_fits(s, options.max_memory_bytes);
   const std::size_t total = scenarios.size() + properties.size();
   std::size_t done = 0;
-  auto announce = [&](const std::string& what) {
+  auto announce = [&](const std::string& what, std::size_t number = 0) {
     if (!progress) return;
     // Appended piecewise: "[" + std::string&& trips a false -Wrestrict in g++ 12.
     std::string line = "[";
-    line += std::to_string(++done);
+    line += std::to_string(number ? number : ++done);
     line += '/';
     line += std::to_string(total);
     line += "] ";
     line += what;
     progress(line);
   };
-  for (std::size_t i = 0; i < scenarios.size(); ++i) {
-    ScenarioSpec s = scenarios[i];
-    s.seed = mix_seed(options.seed, s.seed);
-    announce("scenario " + s.name);
-    report.scenarios.push_back(check_scenario(s, backend, loop, options.model));
-  }
+  auto run_scenarios = [&] {
+    for (std::size_t i = 0; i < scenarios.size(); ++i) {
+      ScenarioSpec s = scenarios[i];
+      s.seed = mix_seed(options.seed, s.seed);
+      announce("scenario " + s.name);
+      report.scenarios.push_back(check_scenario(s, backend, loop, options.model));
+    }
+  };
   PropertyContext ctx{&backend, loop, options.model};
   // RC_PARAMS="reproduce=..." replays the properties it names and no other.
-  for (std::size_t i = 0; i < properties.size(); ++i) {
-    if (!replayed.empty() && std::find(replayed.begin(), replayed.end(), properties[i]->name) == replayed.end()) {
+  auto run_one = [&](std::size_t i) {
+    const Property& p = *properties[i];
+    if (!replayed.empty() && std::find(replayed.begin(), replayed.end(), p.name) == replayed.end()) {
       PropertyRun skipped;
-      skipped.name = properties[i]->name;
+      skipped.name = p.name;
       skipped.ran = false;
       skipped.message = "not run: RC_PARAMS replays only " + fmt_list(replayed);
-      report.properties.push_back(skipped);
-      continue;
+      return encode_property_run(skipped);
     }
-    announce("property " + properties[i]->name);
+    // Numbered by position: with a worker process they start out of order.
+    announce("property " + p.name, scenarios.size() + i + 1);
     PropertyRunConfig config;
     config.cases = options.cases;
-    config.seed = name_seed(options.seed, properties[i]->name);
-    report.properties.push_back(run_property(*properties[i], ctx, config));
-  }
+    config.seed = name_seed(options.seed, p.name);
+    return encode_property_run(run_property(p, ctx, config));
+  };
+  // Properties also run in a worker process where the backend survives
+  // fork() and a second core is allowed; the scenarios run here meanwhile.
+  const bool worker = backend.survives_fork() && ref::thread_limit() > 1;
+  for (const std::string& line : share_jobs(properties.size(), run_one, run_scenarios, worker))
+    report.properties.push_back(decode_property_run(line));
   if (options.run_norm_sweep) report.norm_sweep = run_norm_sweep(options.norm_sweep, progress);
   if (options.run_precision_sweep)
     report.precision_sweep = run_precision_sweep(options.precision_sweep, backend, progress);

@@ -57,6 +57,7 @@ class CpuBackend : public Backend {
   // off permits non-determinism; nothing here needs it.
   void set_deterministic(bool) override {}
   bool deterministic() const override { return true; }
+  bool survives_fork() const override { return true; }  // host memory only
 
  private:
   std::map<const void*, std::pair<std::unique_ptr<float[]>, std::size_t>> allocations_;
