@@ -247,31 +247,31 @@ const std::vector<Property>& default_properties() {
       {"ReferenceSelfConsistency",
        "float64 reference: accumulated equals full batch within float64 rounding (layers that treat samples "
        "independently)",
-       independent_scenario(), reference_self_consistency, false},
+       independent_scenario(), reference_self_consistency, false, 0.4},
       {"KernelCorrectness", "backend vs reference, full batch and accumulated, within the error-model bound",
-       independent_scenario(), kernel_correctness},
+       independent_scenario(), kernel_correctness, true, 0.45},
       {"AccumulationEquivalence", "accumulated backend run vs full-batch reference, within the error-model bound",
-       independent_scenario(), accumulation_equivalence},
+       independent_scenario(), accumulation_equivalence, true, 0.35},
       {"Determinism", "deterministic mode: the accumulated run repeated from the same state is bitwise identical",
-       determinism_scenario(), determinism},
-      {"Exactness", "dyadic data, power-of-two splits: every run bitwise equal", exact_scenario(), exactness},
+       determinism_scenario(), determinism, true, 0.01},
+      {"Exactness", "dyadic data, power-of-two splits: every run bitwise equal", exact_scenario(), exactness, true, 0.1},
       {"BatchNormKernelCorrectness", "batchnorm models: backend vs its own (accumulated) reference, running "
-       "statistics included", batchnorm_scenario(), kernel_correctness},
+       "statistics included", batchnorm_scenario(), kernel_correctness, true, 0.75},
       {"BatchNormDivergence", "batchnorm: R_acc departs from R_full beyond float64 rounding iff a window has "
-       "several micro-batches", batchnorm_scenario(), batchnorm_divergence, false},
+       "several micro-batches", batchnorm_scenario(), batchnorm_divergence, false, 0.35},
       {"ExactBatchNormEquivalence", "exact batchnorm under accumulation (window statistics): R_acc equals R_full "
-       "within float64 rounding", batchnorm_scenario(), exact_batchnorm_equivalence, false},
+       "within float64 rounding", batchnorm_scenario(), exact_batchnorm_equivalence, false, 0.9},
       {"OptimizerTrajectoryEquivalence", "SGD/momentum/Nesterov/Adam/AdamW, binding clip, warmup-cosine, several "
-       "windows: weights and optimizer state equivalent every window", optimizer_scenario(), trajectory_equivalence},
+       "windows: weights and optimizer state equivalent every window", optimizer_scenario(), trajectory_equivalence, true, 0.55},
       {"MixedPrecisionEquivalence", "bfloat16/float16 compute, float32/bfloat16/float16 buffers, Kahan, float16 "
-       "loss scaling with overflow skips: within the bound", mixed_precision_scenario(), trajectory_equivalence},
+       "loss scaling with overflow skips: within the bound", mixed_precision_scenario(), trajectory_equivalence, true, 0.45},
       {"NormalizedMixedPrecision", "every normalizer under bfloat16/float16/float32 compute, pre- and post-norm, both "
        "losses: kernel and (except BatchNorm) accumulation within the bound, decidable", normalized_scenario(),
-       trajectory_equivalence},
+       trajectory_equivalence, true, 0.8},
       {"LongAccumulation", "64 to 300 micro-batches into a float32 buffer: within the bound",
-       long_accumulation_scenario(), trajectory_equivalence},
+       long_accumulation_scenario(), trajectory_equivalence, true, 1.7},
       {"EqualSplitShortcut", "1/(N n_b) normalization equals the window's global count iff item counts are equal",
-       equal_split_shortcut_scenario(), equal_split_shortcut, false},
+       equal_split_shortcut_scenario(), equal_split_shortcut, false, 0.25},
   };
   return properties;
 }

@@ -44,6 +44,10 @@ struct Property {
   // False for properties of the float64 reference alone: they never run
   // the backend, so they cannot catch (or be fooled by) a kernel bug.
   bool exercises_backend = true;
+  // Seconds per 100 cases on the host backend, measured (`gradeq check`
+  // prints them): for scheduling only, the gate starts the costliest first
+  // so that two processes finish together.
+  double cost = 0.5;
 };
 
 // R_acc vs R_full within the float64 error bound.

@@ -3,15 +3,13 @@
 
 namespace gradeq::ref {
 namespace {
-const RoundingModel& default_model() {
-  static const RoundingModel model{};
-  return model;
-}
-thread_local const RoundingModel* active_model = nullptr;
 thread_local OverflowTally tally;
 thread_local bool finite_stores = false;
 thread_local std::uint64_t shared_sources = 0;
 }  // namespace
+
+thread_local constinit const RoundingModel* detail::active_rounding_model = nullptr;
+const RoundingModel detail::default_rounding_model{};
 
 std::uint64_t detail::next_shared_source() { return ++shared_sources; }
 
@@ -26,12 +24,11 @@ void count_overflow(bool possible, bool certain) {
   tally.certain += certain;
 }
 
-const RoundingModel& rounding_model() { return active_model ? *active_model : default_model(); }
-
-ScopedRoundingModel::ScopedRoundingModel(const RoundingModel& model) : model_(model), previous_(active_model) {
-  active_model = &model_;
+ScopedRoundingModel::ScopedRoundingModel(const RoundingModel& model)
+    : model_(model), previous_(detail::active_rounding_model) {
+  detail::active_rounding_model = &model_;
 }
-ScopedRoundingModel::~ScopedRoundingModel() { active_model = previous_; }
+ScopedRoundingModel::~ScopedRoundingModel() { detail::active_rounding_model = previous_; }
 
 bool representable(double v, int significand_bits, int min_exponent) {
   if (v == 0.0) return true;
@@ -69,12 +66,6 @@ double reduction_gamma(long n, double u) {
   return nu < 1.0 ? nu / (1.0 - nu) : kInf;
 }
 
-double combined_bound(const ErrorParts& e) {
-  const RoundingModel& m = rounding_model();
-  if (m.reduction == ReductionBound::deterministic) return e.systematic + e.random;
-  const double scaled = m.confidence * e.scale;
-  return e.systematic + (scaled < e.random ? scaled : e.random);
-}
 
 int significant_bits(double x) {
   if (x == 0.0 || !std::isfinite(x)) return 0;

@@ -104,8 +104,16 @@ struct RoundingModel {
 };
 
 // The active model: set for a scope with ScopedRoundingModel. Thread-local so
-// that property runs on several threads do not interfere.
-const RoundingModel& rounding_model();
+// that property runs on several threads do not interfere. Inline: every
+// bounded operation reads it.
+namespace detail {
+extern thread_local constinit const RoundingModel* active_rounding_model;
+extern const RoundingModel default_rounding_model;
+}  // namespace detail
+inline const RoundingModel& rounding_model() {
+  const RoundingModel* m = detail::active_rounding_model;
+  return m ? *m : detail::default_rounding_model;
+}
 
 // It holds its own copy of the model, so a temporary may be passed.
 class ScopedRoundingModel {
@@ -169,6 +177,19 @@ inline constexpr int kSharedTerms = 4;
 struct SharedTerms {
   std::array<SharedTerm, kSharedTerms> term;
   int count = 0;
+
+  // Copies only the `count` terms in use: most values have none, and a
+  // copy of the whole array, just after its parts were written one by one,
+  // stalls on store forwarding in the hottest paths of the reference.
+  SharedTerms() = default;
+  SharedTerms(const SharedTerms& o) : count(o.count) {
+    for (int i = 0; i < o.count; ++i) term[i] = o.term[i];
+  }
+  SharedTerms& operator=(const SharedTerms& o) {
+    count = o.count;
+    for (int i = 0; i < o.count; ++i) term[i] = o.term[i];
+    return *this;
+  }
 };
 
 struct Bounded {
@@ -211,7 +232,12 @@ inline ErrorParts with_rounding(ErrorParts e, double rho) {
 }  // namespace detail
 
 // The bound the active form gives for an error.
-double combined_bound(const ErrorParts& e);
+inline double combined_bound(const ErrorParts& e) {
+  const RoundingModel& m = rounding_model();
+  if (m.reduction == ReductionBound::deterministic) return e.systematic + e.random;
+  const double scaled = m.confidence * e.scale;
+  return e.systematic + (scaled < e.random ? scaled : e.random);
+}
 // The deterministic (hard) bound of the same error, for claims that must
 // hold without exception: whether a store may or must overflow.
 inline double hard_bound(const ErrorParts& e) { return e.systematic + e.random; }
@@ -340,9 +366,23 @@ inline ErrorParts unless_overflow(double v, ErrorParts e, const SharedTerms& s =
 // The result of one operation: propagated error e and shared terms s, plus
 // its own rounding.
 inline Bounded rounded(double v, const ErrorParts& e, const SharedTerms& s, double r, bool exact) {
-  const double rho = arithmetic_rounding(v, combined_bound(total_parts(e, s)), exact);
+  const double shared = shared_magnitude(s);
+  const double rho = arithmetic_rounding(v, combined_bound({e.systematic + shared, e.random, e.scale}), exact);
   const ErrorParts out = with_rounding(e, rho);
-  return Bounded::with_shared(v, unless_overflow(v, out, s), s, r + reference_rounding(v, r, exact));
+  const double k = combined_bound({out.systematic + shared, out.random, out.scale});
+  const double reference = r + reference_rounding(v, r, exact);
+  // The common case, computed once: finite parts and no possible overflow.
+  // Otherwise with_shared and unless_overflow decide (the same bound).
+  if (std::isnan(out.systematic) || std::isnan(out.random) || std::isnan(out.scale) ||
+      !(std::abs(v) + k < kFloat32OverflowThreshold) || std::isnan(reference))
+    return Bounded::with_shared(v, unless_overflow(v, out, s), s, reference);
+  Bounded b;
+  b.value = v;
+  b.kernel_bound = k;
+  b.kernel_parts = out;
+  b.shared = s;
+  b.reference = reference;
+  return b;
 }
 inline Bounded rounded(double v, const ErrorParts& e, double r, bool exact) { return rounded(v, e, SharedTerms{}, r, exact); }
 

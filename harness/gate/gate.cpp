@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <numeric>
 #include <stdexcept>
 
 #include "harness/gate/worker.h"
@@ -169,7 +170,11 @@ CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFac
   // Properties also run in a worker process where the backend survives
   // fork() and a second core is allowed; the scenarios run here meanwhile.
   const bool worker = backend.survives_fork() && ref::thread_limit() > 1;
-  for (const std::string& line : share_jobs(properties.size(), run_one, run_scenarios, worker))
+  std::vector<std::size_t> costliest_first(properties.size());
+  std::iota(costliest_first.begin(), costliest_first.end(), std::size_t{0});
+  std::stable_sort(costliest_first.begin(), costliest_first.end(),
+                   [&](std::size_t a, std::size_t b) { return properties[a]->cost > properties[b]->cost; });
+  for (const std::string& line : share_jobs(properties.size(), run_one, run_scenarios, worker, costliest_first))
     report.properties.push_back(decode_property_run(line));
   if (options.run_norm_sweep) report.norm_sweep = run_norm_sweep(options.norm_sweep, progress);
   if (options.run_precision_sweep)

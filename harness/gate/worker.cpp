@@ -70,11 +70,19 @@ void write_line(std::FILE* f, const std::string& key, const std::string& text) {
 }  // namespace
 
 std::vector<std::string> share_jobs(std::size_t count, const std::function<std::string(std::size_t)>& job,
-                                    const std::function<void()>& first, bool with_worker) {
+                                    const std::function<void()>& first, bool with_worker, std::vector<std::size_t> order) {
+  if (order.empty())
+    for (std::size_t i = 0; i < count; ++i) order.push_back(i);
+  std::vector<bool> listed(count, false);
+  for (std::size_t i : order) {
+    if (i >= count || listed[i]) throw std::invalid_argument("share_jobs: the order must list every job once");
+    listed[i] = true;
+  }
+  if (order.size() != count) throw std::invalid_argument("share_jobs: the order must list every job once");
   std::vector<std::string> results(count);
   if (!with_worker || count < 2) {
     if (first) first();
-    for (std::size_t i = 0; i < count; ++i) results[i] = job(i);
+    for (std::size_t i : order) results[i] = job(i);
     return results;
   }
   SharedCounter next;
@@ -86,8 +94,10 @@ std::vector<std::string> share_jobs(std::size_t count, const std::function<std::
   if (pid == 0) {
     int status = 0;
     try {
-      for (long i = next.take(); i < static_cast<long>(count); i = next.take())
-        write_line(file.get(), std::to_string(i), job(static_cast<std::size_t>(i)));
+      for (long n = next.take(); n < static_cast<long>(count); n = next.take()) {
+        const std::size_t i = order[static_cast<std::size_t>(n)];
+        write_line(file.get(), std::to_string(i), job(i));
+      }
     } catch (const std::exception& e) {
       write_line(file.get(), "error", e.what());
       status = 1;
@@ -101,9 +111,10 @@ std::vector<std::string> share_jobs(std::size_t count, const std::function<std::
   Worker worker(pid);
   std::vector<bool> here(count, false);
   if (first) first();
-  for (long i = next.take(); i < static_cast<long>(count); i = next.take()) {
-    results[static_cast<std::size_t>(i)] = job(static_cast<std::size_t>(i));
-    here[static_cast<std::size_t>(i)] = true;
+  for (long n = next.take(); n < static_cast<long>(count); n = next.take()) {
+    const std::size_t i = order[static_cast<std::size_t>(n)];
+    results[i] = job(i);
+    here[i] = true;
   }
   std::string error;
   try {

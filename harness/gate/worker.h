@@ -10,8 +10,9 @@
 
 namespace gradeq {
 
-// Runs job 0..count-1, each exactly once, and returns each one's result
-// (one line of text) by index. With a worker, `first` runs here while the
+// Runs job 0..count-1, each exactly once, in the order `order` lists them
+// (empty: 0, 1, ...), and returns each one's result (one line of text) by
+// index. With a worker, `first` runs here while the
 // worker starts on the jobs; then both processes take the next job not yet
 // started (a counter in shared memory), and the worker hands its results
 // back through a file when the list is done. Without one, `first` and then
@@ -19,6 +20,7 @@ namespace gradeq {
 // rethrown here, with the worker stopped first; a worker that dies is an
 // error (std::runtime_error) too.
 std::vector<std::string> share_jobs(std::size_t count, const std::function<std::string(std::size_t)>& job,
-                                    const std::function<void()>& first, bool with_worker);
+                                    const std::function<void()>& first, bool with_worker,
+                                    std::vector<std::size_t> order = {});
 
 }  // namespace gradeq
