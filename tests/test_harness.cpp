@@ -1,14 +1,21 @@
 // Scenario description and validation, comparisons (NaN never passes), the
 // verdicts of a scenario, and the .npy dump.
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <fstream>
 #include <limits>
+#include <thread>
 
 #include "harness/backends.h"
 #include "harness/compare.h"
+#include "harness/config.h"
 #include "harness/equivalence.h"
 #include "harness/gate/gate.h"
 #include "harness/gate/selftest.h"
+#include "harness/gate/worker.h"
 #include "harness/suite.h"
 #include "reports/report.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -191,6 +198,85 @@ TEST(Equivalence, ReusedFirstWindowIsTheOneComputedFromTheKernelRun) {
     expect_same(runs.r_full_at_k_acc.windows[0], full[0], runs.k_acc.windows[0], true);
   }
   EXPECT_GT(reused, 0) << "no default scenario without dynamic loss scaling";
+}
+
+// Jobs shared with a worker process: each runs once, results come back by
+// index, in the order given; both processes take jobs when `first` keeps
+// this one busy.
+TEST(ShareJobs, EveryJobOnceByIndexInBothProcesses) {
+  const pid_t parent = getpid();
+  for (bool with_worker : {false, true}) {
+    const std::vector<std::size_t> order = {3, 0, 4, 1, 5, 2, 7, 6};
+    auto job = [&](std::size_t i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      return std::to_string(i * i) + (getpid() == parent ? " here" : " worker");
+    };
+    auto busy = [] { std::this_thread::sleep_for(std::chrono::milliseconds(200)); };
+    const std::vector<std::string> r = share_jobs(order.size(), job, busy, with_worker, order);
+    ASSERT_EQ(r.size(), order.size());
+    long worker_jobs = 0;
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      EXPECT_EQ(r[i].substr(0, r[i].find(' ')), std::to_string(i * i));
+      worker_jobs += r[i].ends_with(" worker");
+    }
+    if (with_worker) {
+      EXPECT_GT(worker_jobs, 0) << "the worker took the jobs while this process was busy";
+    } else {
+      EXPECT_EQ(worker_jobs, 0);
+    }
+  }
+  EXPECT_THROW(share_jobs(2, [](std::size_t) { return std::string(); }, {}, false, {0, 0}), std::invalid_argument);
+}
+
+TEST(ShareJobs, AWorkerThatFailsOrDiesIsAnError) {
+  const pid_t parent = getpid();
+  auto busy = [] { std::this_thread::sleep_for(std::chrono::milliseconds(200)); };
+  auto throws_there = [&](std::size_t) -> std::string {
+    if (getpid() != parent) throw std::runtime_error("no such tensor");
+    return "ok";
+  };
+  try {
+    share_jobs(4, throws_there, busy, true);
+    ADD_FAILURE() << "a job that threw in the worker was not reported";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("no such tensor"), std::string::npos) << e.what();
+  }
+  auto dies_there = [&](std::size_t) -> std::string {
+    if (getpid() != parent) std::raise(SIGKILL);
+    return "ok";
+  };
+  try {
+    share_jobs(4, dies_there, busy, true);
+    ADD_FAILURE() << "a worker killed by a signal was not reported";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("signal 9"), std::string::npos) << e.what();
+  }
+}
+
+// What a worker hands back is the run itself, bit for bit.
+TEST(ShareJobs, PropertyRunsSurviveTheTrip) {
+  PropertyRun r;
+  r.name = "AccumulationEquivalence";
+  r.passed = false;
+  r.cases = 17;
+  r.counterexample = "split [[3, 1]]\nwith a tab\t";
+  r.counterexample_spec = *find_scenario(default_scenarios(), "token_ce_padded_uneven");
+  r.message = "accumulation equivalence: grad/layer0.weight: error 2.5 x bound";
+  r.reproduce = "reproduce=BchdlNGdvJ3XzFGbj5WZ";
+  r.worst_ratio = HUGE_VAL;
+  r.worst_case = "case";
+  r.discarded_vacuous = 2;
+  r.discarded_ill_conditioned = 1;
+  r.seconds = 0.1 + 0.2;
+  const PropertyRun back = decode_property_run(encode_property_run(r));
+  EXPECT_EQ(encode_property_run(back), encode_property_run(r));
+  EXPECT_EQ(back.worst_ratio, HUGE_VAL);
+  EXPECT_EQ(back.seconds, 0.1 + 0.2);
+  EXPECT_EQ(back.counterexample, r.counterexample);
+  ASSERT_TRUE(back.counterexample_spec.has_value());
+  EXPECT_EQ(scenario_to_json(*back.counterexample_spec), scenario_to_json(*r.counterexample_spec));
+  EXPECT_EQ(back.discarded_vacuous, 2);
+  EXPECT_FALSE(back.passed);
 }
 
 // The whole gate (suite and properties), as `gradeq check` runs it: passes
