@@ -14,6 +14,7 @@
 
 #include "harness/gate/gate.h"
 #include "harness/gate/selftest.h"
+#include "reports/plots.h"
 
 namespace gradeq {
 
@@ -24,7 +25,14 @@ nlohmann::json norm_sweep_json(const NormSweep& sweep);
 std::string norm_sweep_markdown(const NormSweep& sweep);
 nlohmann::json precision_sweep_json(const PrecisionSweep& sweep);
 std::string precision_sweep_markdown(const PrecisionSweep& sweep);
-std::string report_markdown(const CheckReport& report);
+// report.md: a summary read in a minute (the verdict table, failures in
+// full, links to the plots when figures are given; without them, the
+// sweeps' tables).
+std::string report_markdown(const CheckReport& report, const std::vector<Figure>* figures = nullptr);
+// report.html: self-contained (inline SVG figures, no script), the verdict
+// at the top, failures in full, details folded per scenario.
+std::string report_html(const nlohmann::json& report, const DrawnFigures& figures, const nlohmann::json* drift = nullptr,
+                        const nlohmann::json* selftest = nullptr);
 // With drift (compare_to_baseline), a "drift" test case: a <failure> when
 // fail_on_drift and anything drifted.
 std::string report_junit(const CheckReport& report, const nlohmann::json* drift = nullptr, bool fail_on_drift = false);
@@ -50,9 +58,12 @@ std::string selftest_summary(const SelfTestReport& report);
 // what: scenarios, properties, mutants, backends or all.
 std::string catalogue_listing(const std::string& what);
 
-// Writes report.json, report.md and junit.xml into dir (created if needed).
-void write_reports(const std::filesystem::path& dir, const CheckReport& report, const nlohmann::json* drift = nullptr,
-                   bool fail_on_drift = false);
+// Writes report.json, report.md and junit.xml into dir (created if
+// needed); with plots, also report.html and the figures in dir/plots (a
+// self-test's too, where selftest is given). Returns why figures are
+// missing (gnuplot absent or failing), empty when none is.
+std::string write_reports(const std::filesystem::path& dir, const CheckReport& report, const nlohmann::json* drift = nullptr,
+                          bool fail_on_drift = false, bool plots = false, const nlohmann::json* selftest = nullptr);
 void write_text(const std::filesystem::path& path, const std::string& text);
 // Removes an earlier run's reports from dir before a run writes new ones,
 // so that a run that does not finish leaves none that look current.

@@ -45,14 +45,21 @@ void remove_stale(const std::filesystem::path& dir, std::initializer_list<const 
   }
 }
 
-void write_reports(const std::filesystem::path& dir, const CheckReport& report, const nlohmann::json* drift,
-                   bool fail_on_drift) {
+std::string write_reports(const std::filesystem::path& dir, const CheckReport& report, const nlohmann::json* drift,
+                          bool fail_on_drift, bool plots, const nlohmann::json* selftest) {
   std::filesystem::create_directories(dir);
   nlohmann::json json = report_json(report);
   if (drift) json["drift"] = *drift;
   write_text(dir / "report.json", json.dump(2) + "\n");
-  write_text(dir / "report.md", report_markdown(report) + (drift ? drift_markdown(*drift) : std::string()));
   write_text(dir / "junit.xml", report_junit(report, drift, fail_on_drift));
+  if (!plots) {
+    write_text(dir / "report.md", report_markdown(report) + (drift ? drift_markdown(*drift) : std::string()));
+    return "";
+  }
+  const DrawnFigures drawn = draw_figures(report_figures(json, selftest), dir / "plots");
+  write_text(dir / "report.md", report_markdown(report, &drawn.figures) + (drift ? drift_markdown(*drift) : std::string()));
+  write_text(dir / "report.html", report_html(json, drawn, drift, selftest));
+  return drawn.problem;
 }
 
 }  // namespace gradeq

@@ -81,7 +81,7 @@ expect 0 "PASS" -- check --scenario exact_dyadic
 expect 0 "wrote" -- check --scenario mlp_mse_equal --dump "$work/dump"
 [ -f "$work/dump/manifest.json" ] || { echo "FAIL: no manifest.json"; failures=$((failures + 1)); }
 expect 0 "wrote" -- report --out "$work/report" --property Exactness --cases 5
-for f in report.json report.md junit.xml; do
+for f in report.json report.md report.html junit.xml plots/norm_divergence.svg plots/precision_sweep.svg; do
   [ -s "$work/report/$f" ] || { echo "FAIL: report did not write $f"; failures=$((failures + 1)); }
 done
 expect 0 "Gradient divergence" -- sweep norms --seeds 2 --out "$work/sweep"
@@ -89,7 +89,14 @@ expect 0 "Gradient divergence" -- sweep norms --seeds 2 --out "$work/sweep"
 expect 2 "norms" -- sweep colours
 expect 2 "seeds" -- sweep norms --seeds 0
 expect 0 "float32 \+ Kahan" -- sweep precision --seeds 1
-grep -q "Normalizers under accumulation" "$work/report/report.md" || { echo "FAIL: report lacks the normalizer study"; failures=$((failures + 1)); }
+grep -q "plots/norm_divergence.svg" "$work/report/report.md" || { echo "FAIL: report.md does not link the normalizer study"; failures=$((failures + 1)); }
+# Without gnuplot the report is still written, and says why its figures are missing.
+GRADEQ_GNUPLOT=/nonexistent/gnuplot "$gradeq" report --out "$work/noplots" --property Exactness --cases 2 >"$work/noplots.log" 2>&1 ||
+  { echo "FAIL: report without gnuplot exited $?"; failures=$((failures + 1)); }
+grep -q "figures missing from the report: /nonexistent/gnuplot not found" "$work/noplots.log" ||
+  { echo "FAIL: no warning without gnuplot"; cat "$work/noplots.log"; failures=$((failures + 1)); }
+grep -q "Some figures were not drawn" "$work/noplots/report.html" ||
+  { echo "FAIL: report.html does not say its figures are missing"; failures=$((failures + 1)); }
 # User scenarios from TOML: a good file passes, bad ones say what is wrong.
 cat >"$work/good.toml" <<'TOML'
 [[scenario]]

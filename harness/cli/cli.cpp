@@ -75,6 +75,7 @@ struct CheckArgs {
   std::string report_dir, junit_file, dump_dir, config_file;
   std::string baseline;        // an earlier report.json to compare against
   bool fail_on_drift = false;  // drift fails the run (exit 1)
+  std::string selftest;        // a selftest.json whose figures the report shows
 };
 
 SizeTier size_tier_of(const std::string& name) { return name == "large" ? SizeTier::large : SizeTier::small; }
@@ -145,6 +146,32 @@ void add_check_options(CLI::App& cmd, CheckArgs& a) {
           ->check(CLI::ExistingFile);
   cmd.add_flag("--fail-on-drift", a.fail_on_drift, "Drift against the baseline fails the run (exit 1, a JUnit failure)")
       ->needs(baseline);
+  cmd.add_option("--selftest", a.selftest,
+                 "Show this selftest.json (from `gradeq selftest --out`) in the report: kill matrix, campaign")
+      ->check(CLI::ExistingFile);
+}
+
+// A self-test's results for the report, read and checked before any work.
+nlohmann::json read_selftest(const std::string& path) {
+  std::ifstream in(path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument("--selftest " + path + ": not JSON (" + e.what() + ")");
+  }
+  if (!j.is_object() || !j.contains("kill_matrix") || !j.at("kill_matrix").is_array() || !j.contains("passed"))
+    throw std::invalid_argument("--selftest " + path + ": not a selftest.json (no kill_matrix); write one with "
+                                "`gradeq selftest --out DIR`");
+  return j;
+}
+
+// Writes the reports; says on stderr why figures are missing, if they are.
+void write_all_reports(const std::string& dir, const CheckReport& report, const nlohmann::json* drift,
+                       bool fail_on_drift, const nlohmann::json* selftest) {
+  const std::string problem = write_reports(dir, report, drift, fail_on_drift, /*plots=*/true, selftest);
+  std::cout << "wrote " << dir << "/report.json, report.md, report.html, junit.xml and plots/\n";
+  if (!problem.empty()) std::cerr << "gradeq: warning: figures missing from the report: " << problem << "\n";
 }
 
 // The baseline report, read and checked before any work.
@@ -209,10 +236,14 @@ int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir, 
     throw std::invalid_argument("--dump needs exactly one --scenario (see `gradeq list scenarios`)");
   if (report_dir) require_writable_directory(*report_dir);
   if (!a.junit_file.empty()) require_writable_file(a.junit_file, "--junit");
-  if (report_dir) remove_stale(*report_dir, {"report.json", "report.md", "junit.xml"});
+  if (report_dir) remove_stale(*report_dir, {"report.json", "report.md", "report.html", "junit.xml"});
   if (!a.dump_dir.empty()) require_writable_directory(a.dump_dir);
   const std::optional<nlohmann::json> baseline =
       a.baseline.empty() ? std::nullopt : std::optional<nlohmann::json>(read_baseline(a.baseline));
+  if (!a.selftest.empty() && !report_dir)
+    throw std::invalid_argument("--selftest shows a self-test in a written report: give --report DIR (or use `gradeq report`)");
+  const std::optional<nlohmann::json> selftest =
+      a.selftest.empty() ? std::nullopt : std::optional<nlohmann::json>(read_selftest(a.selftest));
   GateOptions options;
   if (!a.config_file.empty()) options.suite = load_scenarios(a.config_file);
   if (a.suite != "default") options.suite = named_suite(a.suite);
@@ -255,10 +286,7 @@ int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir, 
   }
   const nlohmann::json* drift_json = drift ? &*drift : nullptr;
 
-  if (report_dir) {
-    write_reports(*report_dir, report, drift_json, a.fail_on_drift);
-    std::cout << "wrote " << *report_dir << "/report.json, report.md, junit.xml\n";
-  }
+  if (report_dir) write_all_reports(*report_dir, report, drift_json, a.fail_on_drift, selftest ? &*selftest : nullptr);
   if (!a.junit_file.empty()) {
     write_text(a.junit_file, report_junit(report, drift_json, a.fail_on_drift));
     std::cout << "wrote " << a.junit_file << "\n";
@@ -280,7 +308,7 @@ struct VerifyArgs {
 int run_verify_command(const VerifyArgs& a) {
   if (!a.report_dir.empty()) require_writable_directory(a.report_dir);
   if (!a.junit_file.empty()) require_writable_file(a.junit_file, "--junit");
-  if (!a.report_dir.empty()) remove_stale(a.report_dir, {"report.json", "report.md", "junit.xml"});
+  if (!a.report_dir.empty()) remove_stale(a.report_dir, {"report.json", "report.md", "report.html", "junit.xml"});
   ErrorModel model;
   model.reduction = a.error_model == "probabilistic" ? ref::ReductionBound::probabilistic : ref::ReductionBound::deterministic;
   const ProgressSink progress = make_progress();
@@ -289,10 +317,7 @@ int run_verify_command(const VerifyArgs& a) {
   std::cout << fmt::format("gradeq verify: {} ({}), {} error model\n", a.dir, report.scenarios.front().spec.name,
                            a.error_model);
   std::cout << check_summary(report);
-  if (!a.report_dir.empty()) {
-    write_reports(a.report_dir, report);
-    std::cout << "wrote " << a.report_dir << "/report.json, report.md, junit.xml\n";
-  }
+  if (!a.report_dir.empty()) write_all_reports(a.report_dir, report, nullptr, false, nullptr);
   if (!a.junit_file.empty()) {
     write_text(a.junit_file, report_junit(report));
     std::cout << "wrote " << a.junit_file << "\n";
@@ -416,11 +441,11 @@ int run_cli(int argc, char** argv) {
   CheckArgs check_args;
   CLI::App* check = app.add_subcommand("check", "Run the gate (default suite and properties); exit 0 pass, 1 fail");
   add_check_options(*check, check_args);
-  check->add_option("--report", check_args.report_dir, "Also write report.json, report.md and junit.xml here");
+  check->add_option("--report", check_args.report_dir, "Also write report.json, report.md, report.html, junit.xml and plots/ here");
 
   CheckArgs report_args;
   std::string out_dir;
-  CLI::App* report = app.add_subcommand("report", "Run the gate and write report.json, report.md, junit.xml");
+  CLI::App* report = app.add_subcommand("report", "Run the gate and write report.json, report.md, report.html (with plots), junit.xml");
   add_check_options(*report, report_args);
   report->add_option("--out", out_dir, "Directory for the reports")->required();
 
@@ -430,7 +455,7 @@ int run_cli(int argc, char** argv) {
   verify->add_option("dir", verify_args.dir, "The window set's directory")->required();
   verify->add_option("--error-model", verify_args.error_model, "Error model: probabilistic (default) or deterministic")
       ->check(CLI::IsMember({"deterministic", "probabilistic"}));
-  verify->add_option("--report", verify_args.report_dir, "Also write report.json, report.md and junit.xml here");
+  verify->add_option("--report", verify_args.report_dir, "Also write report.json, report.md, report.html, junit.xml and plots/ here");
   verify->add_option("--junit", verify_args.junit_file, "Also write JUnit XML to this file");
   add_memory_option(*verify, verify_args.max_memory);
 

@@ -1,0 +1,39 @@
+// plots.h — the report's figures, drawn by gnuplot as SVG files. Each
+// figure is a gnuplot script with its data inline, built from report.json
+// (and selftest.json where given): the writers compute nothing a reader
+// could not recompute from those files.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace gradeq {
+
+struct Figure {
+  std::string id;       // file stem: plots/<id>.svg, plots/<id>.gp
+  std::string section;  // "scenario:<name>", "norm_sweep", "precision_sweep", "selftest"
+  std::string title, caption;
+  std::string script;   // gnuplot commands after the terminal and output are set
+};
+
+// The figures of a report: per scenario the worst err/bound of each tensor
+// next to its error and bound; the norm sweep's divergence and running-
+// statistics drift by micro-batch size; the precision sweep's error and
+// bound by N; with a self-test, its kill matrix and the campaign's
+// histogram with each mutant's smallest detecting ratio.
+std::vector<Figure> report_figures(const nlohmann::json& report, const nlohmann::json* selftest = nullptr);
+
+struct DrawnFigures {
+  std::vector<Figure> figures;
+  std::vector<std::string> svg;  // per figure: the SVG text, empty where it was not drawn
+  std::string problem;           // why figures are missing (gnuplot absent or failing), empty when none
+};
+
+// Writes each figure's script into dir and runs gnuplot on it. gnuplot is
+// looked up on PATH (GRADEQ_GNUPLOT names another program).
+DrawnFigures draw_figures(const std::vector<Figure>& figures, const std::filesystem::path& dir);
+
+}  // namespace gradeq
