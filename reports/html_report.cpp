@@ -203,6 +203,17 @@ std::string report_html(const nlohmann::json& report, const DrawnFigures& drawn,
     h << "<h2>Self-test</h2>\n<p>" << (selftest->at("passed").get<bool>() ? "passed" : "FAILED")
       << ": every mutant must be caught by a property, correct code must pass.</p>\n";
     figures_of(h, drawn, "selftest");
+    if (selftest->contains("campaign")) {
+      const nlohmann::json& c = selftest->at("campaign");
+      h << "<table id=\"campaign\">\n<tr><th>mutant</th><th>detected</th><th>smallest detecting err/bound</th>"
+           "<th>separation</th></tr>\n";
+      for (const nlohmann::json& m : c.at("mutants"))
+        h << "<tr><td>" << escaped(m.at("id").get<std::string>()) << "</td><td>" << m.at("detected").dump() << " of "
+          << m.at("cases").dump() << "</td><td>" << ratio_text(m.at("smallest_detecting_ratio")) << "</td><td>"
+          << ratio_text(m.at("separation")) << "</td></tr>\n";
+      h << "</table>\n<p>Correct code: " << c.at("cases").dump() << " cases, " << c.at("false_alarms").dump()
+        << " false alarms, worst err/bound " << ratio_text(c.at("worst_ratio")) << ".</p>\n";
+    }
   }
   h << "<p><a href=\"report.json\">report.json</a> · <a href=\"report.md\">report.md</a> · "
        "<a href=\"junit.xml\">junit.xml</a></p>\n</body>\n</html>\n";

@@ -249,7 +249,7 @@ std::vector<Figure> selftest_figures(const nlohmann::json& st) {
     for (std::size_t mi = 0; mi < mutants.size(); ++mi) g << (mi ? ", " : "") << quoted(mutants[mi]) << " " << mi;
     g << ")\nset xrange [-0.5:" << properties.size() - 0.5 << "]\nset yrange [" << mutants.size() - 0.5
       << ":-0.5]\nset cbrange [0:1]\nunset colorbox\nset palette defined (0 \"#eceff1\", 1 \"#2e7d32\")\n"
-         "plot $k using 1:2:3 with image notitle\n";
+         "plot $k using 1:2:3 with image pixels notitle\n";
     Figure f;
     f.id = "selftest_kill_matrix";
     f.section = "selftest";
@@ -265,7 +265,8 @@ std::vector<Figure> selftest_figures(const nlohmann::json& st) {
     std::ostringstream g;
     g << "$h << EOD\n";
     for (std::size_t i = 0; i < counts.size() && i + 1 < edges.size(); ++i) {
-      const double lo = number(edges[i]), hi = number(edges[i + 1]);
+      // The first bin, [0, e1), holds the exact cases: drawn from e1 / 10.
+      const double hi = number(edges[i + 1]), lo = i == 0 && number(edges[0]) == 0.0 ? hi / 10.0 : number(edges[i]);
       if (lo > 0.0 && std::isfinite(hi)) g << lo << " " << hi << " " << counts[i].get<long>() << "\n";
     }
     g << "EOD\n$m << EOD\n";
@@ -279,7 +280,7 @@ std::vector<Figure> selftest_figures(const nlohmann::json& st) {
       << "set arrow from first " << number(c.at("worst_ratio"))
       << ", graph 0 to first " << number(c.at("worst_ratio")) << ", graph 1 nohead lw 2 lc rgb \"#1565c0\"\n"
       << "set arrow from first 1, graph 0 to first 1, graph 1 nohead dt 2 lw 1.5 lc rgb \"#c62828\"\n"
-         "plot $h using (sqrt($1*$2)):3:($2-$1) with boxes lc rgb \"#90a4ae\" title \"correct code\", "
+         "plot $h using (sqrt($1*$2)):($3/2):1:2:(0):3 with boxxyerror fs solid 0.6 lc rgb \"#90a4ae\" title \"correct code\", "
          "$m using 1:(0):2 with impulses lw 0 notitle, "
          "$m using 1:(0) with points pt 9 ps 1.2 lc rgb \"#c62828\" title \"mutant: smallest detecting ratio\", "
          "$m using 1:(0):2 with labels rotate by 90 left offset 0,1 font \",7\" noenhanced notitle\n";
@@ -287,8 +288,9 @@ std::vector<Figure> selftest_figures(const nlohmann::json& st) {
     f.id = "selftest_campaign";
     f.section = "selftest";
     f.title = "Calibration campaign: correct code against the mutants";
-    f.caption = "Histogram of correct code's error/bound (blue line: the worst), the bound (dashed), and each "
-                "mutant's smallest detecting error/bound (triangles): the gap is the separation.";
+    f.caption = "Histogram of correct code's error/bound (the first bar: below 1e-6, exact cases included; blue line: "
+                "the worst), the bound (dashed), and each mutant's smallest detecting error/bound (triangles): the "
+                "gap is the separation.";
     f.script = g.str();
     out.push_back(f);
   }
