@@ -13,19 +13,7 @@
 namespace gradeq {
 namespace {
 
-std::string escaped(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
+std::string escaped(const std::string& s) { return markup_escaped(s); }
 
 std::string ratio_text(const nlohmann::json& j) {
   if (j.is_number()) {

@@ -6,9 +6,8 @@
 #include "reports/report.h"
 
 namespace gradeq {
-namespace {
 
-std::string xml_escape(const std::string& s) {
+std::string markup_escaped(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
@@ -22,6 +21,8 @@ std::string xml_escape(const std::string& s) {
   return out;
 }
 
+namespace {
+
 // A failing case is a <failure>; one the error model could not decide
 // (inconclusive, or a property that could not decide enough of its cases)
 // is an <error>: nothing was shown wrong, nothing was shown right.
@@ -29,18 +30,18 @@ enum class Outcome { pass, failure, error, skipped };
 
 void test_case(std::ostringstream& x, const std::string& classname, const std::string& name, double seconds,
                Outcome outcome, const std::string& message) {
-  x << "  <testcase classname=\"" << xml_escape(classname) << "\" name=\"" << xml_escape(name) << "\" time=\""
+  x << "  <testcase classname=\"" << markup_escaped(classname) << "\" name=\"" << markup_escaped(name) << "\" time=\""
     << fmt::format("{:.3f}", seconds) << "\"";
   if (outcome == Outcome::pass) {
     x << "/>\n";
     return;
   }
   if (outcome == Outcome::skipped) {
-    x << ">\n    <skipped message=\"" << xml_escape(message) << "\"/>\n  </testcase>\n";
+    x << ">\n    <skipped message=\"" << markup_escaped(message) << "\"/>\n  </testcase>\n";
     return;
   }
   const char* tag = outcome == Outcome::failure ? "failure" : "error";
-  x << ">\n    <" << tag << " message=\"" << xml_escape(message) << "\">" << xml_escape(message) << "</" << tag
+  x << ">\n    <" << tag << " message=\"" << markup_escaped(message) << "\">" << markup_escaped(message) << "</" << tag
     << ">\n  </testcase>\n";
 }
 
@@ -88,7 +89,7 @@ std::string report_junit(const CheckReport& r, const nlohmann::json* drift, bool
   std::ostringstream x;
   x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   x << "<testsuites name=\"gradeq\" " << totals << ">\n";
-  x << "<testsuite name=\"" << xml_escape(suite) << "\" " << totals << " timestamp=\"" << r.started_at << "\">\n";
+  x << "<testsuite name=\"" << markup_escaped(suite) << "\" " << totals << " timestamp=\"" << r.started_at << "\">\n";
   // What reproduces the run.
   x << "  <properties>\n";
   for (const auto& [name, value] : {std::pair<std::string, std::string>{"backend", r.backend},
@@ -97,7 +98,7 @@ std::string report_junit(const CheckReport& r, const nlohmann::json* drift, bool
                                     {"size", size_tier_name(r.size)},
                                     {"error_model", error_model_name(r.model)},
                                     {"version", r.version}})
-    x << "    <property name=\"" << name << "\" value=\"" << xml_escape(value) << "\"/>\n";
+    x << "    <property name=\"" << name << "\" value=\"" << markup_escaped(value) << "\"/>\n";
   x << "  </properties>\n";
   for (const ScenarioResult& s : r.scenarios)
     test_case(x, suite + ".scenario", s.spec.name, s.seconds, outcome_of(s), s.first_failure());
@@ -110,8 +111,8 @@ std::string report_junit(const CheckReport& r, const nlohmann::json* drift, bool
   if (drift) {
     if (drift_outcome == Outcome::pass && !drift_message.empty()) {
       // Reported, not failed: the flags go to the test case's output.
-      x << "  <testcase classname=\"" << xml_escape(suite) << ".drift\" name=\"baseline\" time=\"0.000\">\n"
-        << "    <system-out>" << xml_escape(drift_message) << "</system-out>\n  </testcase>\n";
+      x << "  <testcase classname=\"" << markup_escaped(suite) << ".drift\" name=\"baseline\" time=\"0.000\">\n"
+        << "    <system-out>" << markup_escaped(drift_message) << "</system-out>\n  </testcase>\n";
     } else {
       test_case(x, suite + ".drift", "baseline", 0.0, drift_outcome, drift_message);
     }

@@ -281,7 +281,6 @@ std::vector<Figure> selftest_figures(const nlohmann::json& st) {
       << ", graph 0 to first " << number(c.at("worst_ratio")) << ", graph 1 nohead lw 2 lc rgb \"#1565c0\"\n"
       << "set arrow from first 1, graph 0 to first 1, graph 1 nohead dt 2 lw 1.5 lc rgb \"#c62828\"\n"
          "plot $h using (sqrt($1*$2)):($3/2):1:2:(0):3 with boxxyerror fs solid 0.6 lc rgb \"#90a4ae\" title \"correct code\", "
-         "$m using 1:(0):2 with impulses lw 0 notitle, "
          "$m using 1:(0) with points pt 9 ps 1.2 lc rgb \"#c62828\" title \"mutant: smallest detecting ratio\", "
          "$m using 1:(0):2 with labels rotate by 90 left offset 0,1 font \",7\" noenhanced notitle\n";
     Figure f;

@@ -52,6 +52,9 @@ void check_baseline_scenarios(const std::vector<std::string>& scenarios, const n
 nlohmann::json compare_to_baseline(const nlohmann::json& current, const nlohmann::json& baseline);
 std::string drift_markdown(const nlohmann::json& drift);
 
+// Text inside XML or HTML markup (element content or a quoted attribute).
+std::string markup_escaped(const std::string& text);
+
 // What `gradeq check`, `gradeq selftest` and `gradeq list` print.
 std::string check_summary(const CheckReport& report);
 std::string selftest_summary(const SelfTestReport& report);

@@ -151,15 +151,19 @@ void add_check_options(CLI::App& cmd, CheckArgs& a) {
       ->check(CLI::ExistingFile);
 }
 
+// A JSON file an option names; bad input (exit 2) when it is not JSON.
+nlohmann::json read_json_file(const std::string& path, const std::string& option) {
+  std::ifstream in(path);
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(option + " " + path + ": not JSON (" + e.what() + ")");
+  }
+}
+
 // A self-test's results for the report, read and checked before any work.
 nlohmann::json read_selftest(const std::string& path) {
-  std::ifstream in(path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw std::invalid_argument("--selftest " + path + ": not JSON (" + e.what() + ")");
-  }
+  const nlohmann::json j = read_json_file(path, "--selftest");
   if (!j.is_object() || !j.contains("kill_matrix") || !j.at("kill_matrix").is_array() || !j.contains("passed"))
     throw std::invalid_argument("--selftest " + path + ": not a selftest.json (no kill_matrix); write one with "
                                 "`gradeq selftest --out DIR`");
@@ -176,13 +180,7 @@ void write_all_reports(const std::string& dir, const CheckReport& report, const 
 
 // The baseline report, read and checked before any work.
 nlohmann::json read_baseline(const std::string& path) {
-  std::ifstream in(path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw std::invalid_argument("--baseline " + path + ": not JSON (" + e.what() + ")");
-  }
+  const nlohmann::json j = read_json_file(path, "--baseline");
   check_baseline(j);
   return j;
 }
