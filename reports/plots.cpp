@@ -107,6 +107,7 @@ Figure scenario_figure(const nlohmann::json& s) {
   const std::string name = s.at("name").get<std::string>();
   Figure f;
   f.id = "scenario_" + stem(name);
+  f.tall = true;
   f.section = "scenario:" + name;
   f.title = name + ": worst error/bound per tensor";
   f.caption = "Left: each tensor's worst error/bound over windows, kernel correctness (K vs R from the kernel's "
@@ -245,13 +246,28 @@ std::vector<Figure> selftest_figures(const nlohmann::json& st) {
       }
     g << "EOD\nset xtics rotate by -45 font \",8\" noenhanced (";
     for (std::size_t pi = 0; pi < properties.size(); ++pi) g << (pi ? ", " : "") << quoted(properties[pi]) << " " << pi;
+    // Each mutant by its id and the start of its bug's title.
+    std::map<std::string, std::string> bugs;
+    if (st.contains("mutants"))
+      for (const nlohmann::json& m : st.at("mutants")) bugs[m.at("id").get<std::string>()] = m.at("bug").get<std::string>();
+    auto label = [&](const std::string& id) {
+      std::string bug = bugs.count(id) ? bugs[id] : "";
+      if (bug.size() > 44) {
+        std::size_t cut = 43;  // at a character's first byte (UTF-8)
+        while (cut > 0 && (static_cast<unsigned char>(bug[cut]) & 0xC0) == 0x80) --cut;
+        bug = bug.substr(0, cut) + "…";
+      }
+      return bug.empty() ? id : id + "  " + bug;
+    };
     g << ")\nset ytics font \",8\" noenhanced (";
-    for (std::size_t mi = 0; mi < mutants.size(); ++mi) g << (mi ? ", " : "") << quoted(mutants[mi]) << " " << mi;
+    for (std::size_t mi = 0; mi < mutants.size(); ++mi)
+      g << (mi ? ", " : "") << quoted(label(mutants[mi])) << " " << mi;
     g << ")\nset xrange [-0.5:" << properties.size() - 0.5 << "]\nset yrange [" << mutants.size() - 0.5
       << ":-0.5]\nset cbrange [0:1]\nunset colorbox\nset palette defined (0 \"#eceff1\", 1 \"#2e7d32\")\n"
          "plot $k using 1:2:3 with image pixels notitle\n";
     Figure f;
     f.id = "selftest_kill_matrix";
+    f.tall = true;
     f.section = "selftest";
     f.title = "Kill matrix: which property catches which mutant";
     f.caption = "Green: the property failed on the mutant (caught, with a shrunk counterexample); grey: it passed.";
@@ -353,7 +369,7 @@ DrawnFigures draw_figures(const std::vector<Figure>& figures, const std::filesys
     {
       std::ofstream gp(script);
       gp << "# " << f.title << "\n"
-         << "set terminal svg size 900," << (f.section.starts_with("scenario:") ? 560 : 420)
+         << "set terminal svg size 900," << (f.tall ? 560 : 420)
          << " dynamic enhanced font \"sans,11\" background rgb \"white\"\n"
          << "set output " << quoted(svg.string()) << "\n"
          << "set title " << quoted(f.title) << " noenhanced\n"

@@ -17,6 +17,7 @@ struct Figure {
   std::string section;  // "scenario:<name>", "norm_sweep", "precision_sweep", "selftest"
   std::string title, caption;
   std::string script;   // gnuplot commands after the terminal and output are set
+  bool tall = false;    // 560 pixels high instead of 420 (long tick labels)
 };
 
 // The figures of a report: per scenario the worst err/bound of each tensor

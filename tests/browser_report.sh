@@ -112,6 +112,11 @@ PY
 }
 check_page pass PASS
 check_page fail FAIL
+# The figures are also files a viewer opens on their own: well-formed SVG.
+for svg in "$work"/pass/plots/*.svg "$work"/fail/plots/*.svg; do
+  python3 -c 'import sys, xml.etree.ElementTree as E; r = E.parse(sys.argv[1]).getroot(); sys.exit(0 if r.tag.endswith("svg") else 1)' \
+    "$svg" 2>"$work/svg.err" || { fail "$svg is not well-formed SVG: $(head -1 "$work/svg.err")"; }
+done
 # A default report stays small: at most ~100 lines of Markdown, ~2 MB of HTML.
 [ "$(wc -l <"$work/pass/report.md")" -le 100 ] || fail "report.md has more than 100 lines"
 [ "$(stat -c %s "$work/pass/report.html")" -le 2200000 ] || fail "report.html is larger than 2.2 MB"
