@@ -17,10 +17,17 @@ const std::vector<ScenarioSpec>& scale_scenarios() {
   return suite;
 }
 
+const std::vector<ScenarioSpec>& data_parallel_scenarios() {
+  static const std::vector<ScenarioSpec> suite =
+      parse_scenarios(data_parallel_suite_toml(), "data_parallel_suite.toml");
+  return suite;
+}
+
 const std::vector<ScenarioSpec>& named_suite(const std::string& name) {
   if (name == "default") return default_scenarios();
   if (name == "scale") return scale_scenarios();
-  throw std::invalid_argument("unknown suite '" + name + "' (default or scale)");
+  if (name == "data_parallel") return data_parallel_scenarios();
+  throw std::invalid_argument("unknown suite '" + name + "' (default, scale or data_parallel)");
 }
 
 const ScenarioSpec* find_scenario(const std::vector<ScenarioSpec>& suite, const std::string& name) {

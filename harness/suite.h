@@ -19,7 +19,12 @@ const std::vector<ScenarioSpec>& default_scenarios();
 // The scale suite (harness/scale_suite.toml): tile and reduction boundaries.
 const char* scale_suite_toml();
 const std::vector<ScenarioSpec>& scale_scenarios();
-// "default" or "scale"; throws std::invalid_argument for another name.
+// The data-parallel suite (harness/data_parallel_suite.toml): each split is
+// one rank's; data_parallel_spec (harness/data_parallel.h) makes the
+// window of W ranks.
+const char* data_parallel_suite_toml();
+const std::vector<ScenarioSpec>& data_parallel_scenarios();
+// "default", "scale" or "data_parallel"; throws std::invalid_argument for another name.
 const std::vector<ScenarioSpec>& named_suite(const std::string& name);
 // nullptr if no scenario has that name.
 const ScenarioSpec* find_scenario(const std::vector<ScenarioSpec>& suite, const std::string& name);

@@ -91,10 +91,6 @@ void TrainingLoop::allocate(const Scenario& s, long max_rows) {
   saved_rstd_.assign(m.layers.size(), {});
   const std::vector<ref::ParameterInfo>& buffer_layout = s.schema.buffers;
   buffers_.assign(buffer_layout.size(), {});
-  auto own = [&](Tensor& t, long rows, long cols, DType d) {
-    t = backend_.allocate(rows, cols, d);
-    owned_.push_back(&t);
-  };
   for (std::size_t p = 0; p < n; ++p) {
     const long rows = layout[p].rows, cols = layout[p].cols;
     own(params_[p], rows, cols, DType::f32);
@@ -129,6 +125,12 @@ void TrainingLoop::allocate(const Scenario& s, long max_rows) {
     backend_.fill(buffers_[b], static_cast<float>(ref::initial_buffer_value(buffer_layout[b])));
   }
   own(targets_, max_rows, m.loss == ref::LossKind::mse ? widths.back() : 1, DType::f32);
+  allocated();
+}
+
+void TrainingLoop::own(Tensor& t, long rows, long cols, DType dtype) {
+  t = backend_.allocate(rows, cols, dtype);
+  owned_.push_back(&t);
 }
 
 KernelRun TrainingLoop::run(const Scenario& scenario, const Split& split) {
@@ -246,7 +248,7 @@ double TrainingLoop::micro_batch(const ref::Batch& micro_batch, float scale) {
 void TrainingLoop::finish_window() {
   unscale_gradients();
   const ref::LossScaling& ls = procedure().loss_scaling;
-  if (ls.dynamic && !backend_.all_finite(grads_)) {
+  if (ls.dynamic && !gradients_finite()) {
     // Overflow: skip the step, back off; the schedule does not advance.
     skipped_ = true;
     loss_scale_ *= ls.backoff_factor;
@@ -270,10 +272,14 @@ void TrainingLoop::unscale_gradients() {
 void TrainingLoop::clip_gradients() {
   const ref::ClipSpec& c = procedure().clip;
   if (!c.enabled) return;
-  const float norm = backend_.global_norm(grads_);
+  const float norm = gradient_norm();
   const float coefficient = static_cast<float>(c.max_norm) / (norm + static_cast<float>(ref::kClipEpsilon));
   if (coefficient < 1.0f) backend_.scale(grads_, coefficient);
 }
+
+bool TrainingLoop::gradients_finite() { return backend_.all_finite(grads_); }
+
+float TrainingLoop::gradient_norm() { return backend_.global_norm(grads_); }
 
 double TrainingLoop::learning_rate() {
   return procedure().optimizer.lr * ref::schedule_multiplier(procedure().schedule, step_);

@@ -60,9 +60,18 @@ class TrainingLoop {
   virtual void clip_gradients();
   virtual double learning_rate();  // this step's, from the schedule
   virtual void optimizer_step();
+  // Whether the unscaled gradient is finite (dynamic loss scaling).
+  virtual bool gradients_finite();
+  // The global norm clipping uses.
+  virtual float gradient_norm();
+  // Called once the run's tensors are allocated: a loop that needs more
+  // tensors allocates them here with own().
+  virtual void allocated() {}
 
   // ---- pieces the steps are made of
   void refresh_compute_weights();
+  // Allocates t on the backend, released when the run ends.
+  void own(Tensor& t, long rows, long cols, DType dtype);
   // Forward, loss with `scale`, backward accumulating into `grad_targets`.
   double forward_loss_backward(const ref::Batch& micro_batch, float scale, const std::vector<Tensor>& grad_targets);
   const ref::ProcedureConfig& procedure() const { return scenario_->spec.procedure; }

@@ -11,6 +11,8 @@
 #pragma once
 
 #include <optional>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -70,6 +72,19 @@ struct ProcedureConfig {
   // compensation term of the buffer's dtype.
   bool compensated = false;
   BatchNormMode batch_norm = BatchNormMode::per_micro_batch;
+  // Data parallelism over `ranks` processes (no_sync semantics): a window's
+  // micro-batches are cut into `ranks` consecutive groups of equal count,
+  // one per rank; each rank adds its group into its own buffer, and the
+  // buffers are summed once, after the last micro-batch, by one all-reduce
+  // (float32 additions in any order), stored in the accumulation dtype. A
+  // window of one micro-batch is the single-process full batch whatever
+  // `ranks` is. Normalizers stay global (the window's item count).
+  long ranks = 1;
+  // Sharded (ZeRO-2 / FSDP style): each rank owns 1/ranks of every
+  // tensor's elements (consecutive), steps only that shard, and the clip
+  // norm is combined from the shards' float32 norms (sqrt of the sum of
+  // their squares). Elementwise it is the same update as replicated.
+  bool sharded = false;
   OptimizerSpec optimizer;
   ClipSpec clip;
   ScheduleSpec schedule;
@@ -195,6 +210,17 @@ long exact_window_norms(const ModelSpec& spec, const Tensors<T>& weights, const 
   return passes;
 }
 
+// The ranks a window's micro-batches are shared among (ProcedureConfig::ranks).
+inline std::size_t window_ranks(const ProcedureConfig& config, std::size_t micro_batches) {
+  if (config.ranks < 1) throw std::invalid_argument("ranks must be at least 1");
+  const auto ranks = static_cast<std::size_t>(config.ranks);
+  if (micro_batches == 1) return 1;
+  if (micro_batches % ranks != 0)
+    throw std::invalid_argument("a window of " + std::to_string(micro_batches) + " micro-batches cannot be shared by " +
+                                std::to_string(ranks) + " ranks");
+  return ranks;
+}
+
 }  // namespace detail
 
 // zero -> for each micro-batch: forward, scaled loss, backward, accumulate
@@ -221,12 +247,17 @@ WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfi
   if (exact_bn) out.forward_passes += detail::exact_window_norms(spec, weights, micro_batches, scales, window_norms);
 
   std::vector<T> losses;
-  // The buffer receives the micro-batches' gradients one after another:
-  // plainly (the GEMM adds into it with beta = 1) or Kahan-compensated.
-  std::vector<detail::GradientBuffer<T>> buffer;
-  for (const auto& p : params) buffer.emplace_back(p.rows(), p.cols(), config.compensated);
+  // Each rank's buffer receives its micro-batches' gradients one after
+  // another: plainly (the GEMM adds into it with beta = 1) or
+  // Kahan-compensated.
+  const std::size_t ranks = detail::window_ranks(config, micro_batches.size());
+  const std::size_t per_rank = micro_batches.size() / ranks;
+  std::vector<std::vector<detail::GradientBuffer<T>>> buffers_of(ranks);
+  for (auto& buffer : buffers_of)
+    for (const auto& p : params) buffer.emplace_back(p.rows(), p.cols(), config.compensated);
   const OverflowTally tally_before = overflow_tally();
   for (std::size_t b = 0; b < micro_batches.size(); ++b) {
+    std::vector<detail::GradientBuffer<T>>& buffer = buffers_of[b / per_rank];
     const Batch& mb = micro_batches[b];
     const Tape<T> tape =
         forward(spec, weights, lift<T>(mb.inputs), exact_bn ? nullptr : &buffers, exact_bn ? &window_norms : nullptr);
@@ -239,7 +270,19 @@ WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfi
                              .grads;
     for (std::size_t p = 0; p < params.size(); ++p) buffer[p].add(g[p]);
   }
-  for (std::size_t p = 0; p < params.size(); ++p) out.grads[p] = buffer[p].result();
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    if (ranks == 1) {
+      out.grads[p] = buffers_of[0][p].result();
+      continue;
+    }
+    // The all-reduce: the ranks' buffers summed element by element.
+    std::vector<Matrix<T>> local;
+    for (const auto& buffer : buffers_of) local.push_back(buffer[p].result());
+    Matrix<T> sum(local[0].rows(), local[0].cols());
+    for (long i = 0; i < sum.size(); ++i)
+      sum.data()[i] = reduce<T>(static_cast<long>(ranks), [&](long r) { return local[r].data()[i]; });
+    out.grads[p] = stored(sum, Storage::accumulate);
+  }
   if (exact_bn) {
     const std::vector<long> first_buf = first_buffer(spec);
     for (std::size_t l = 0; l < spec.layers.size(); ++l)
@@ -285,16 +328,33 @@ TrainingState<T> initial_state(const ModelSpec& spec, const ProcedureConfig& con
   return s;
 }
 
+// The global norm of every gradient: one float32 reduction, or with
+// `shards` > 1 each shard's float32 norm (the consecutive 1/shards of every
+// tensor's elements), combined as the square root of the sum of their
+// squares (ProcedureConfig::sharded).
+template <class T>
+T global_norm(const Tensors<T>& grads, std::size_t shards = 1) {
+  std::vector<T> shard_norms;
+  for (std::size_t r = 0; r < shards; ++r) {
+    std::vector<const T*> flat;
+    for (const auto& g : grads) {
+      const long size = g.size() / static_cast<long>(shards), first = size * static_cast<long>(r);
+      for (long i = first; i < first + size; ++i) flat.push_back(g.data() + i);
+    }
+    shard_norms.push_back(sqrt(reduce<T>(static_cast<long>(flat.size()), [&](long i) { return *flat[i] * *flat[i]; })));
+  }
+  if (shards == 1) return shard_norms.front();
+  return sqrt(reduce<T>(static_cast<long>(shards), [&](long r) { return shard_norms[r] * shard_norms[r]; }));
+}
+
 // Clip (once, by the global norm of all gradients; in place, as
 // clip_grad_norm_ does to .grad), then one optimizer step with the
-// schedule's learning rate for this step.
+// schedule's learning rate for this step. shards: see global_norm.
 template <class T>
-void optimizer_step(const ProcedureConfig& config, TrainingState<T>& state, Tensors<T>& grads) {
+void optimizer_step(const ProcedureConfig& config, TrainingState<T>& state, Tensors<T>& grads,
+                    std::size_t shards = 1) {
   if (config.clip.enabled) {
-    std::vector<const T*> flat;
-    for (const auto& g : grads)
-      for (long i = 0; i < g.size(); ++i) flat.push_back(g.data() + i);
-    const T norm = sqrt(reduce<T>(static_cast<long>(flat.size()), [&](long i) { return *flat[i] * *flat[i]; }));
+    const T norm = global_norm(grads, shards);
     const T coefficient = shared(clip_coefficient(config.clip, norm));
     for (auto& g : grads) g = stored(Matrix<T>(g * coefficient), Storage::accumulate);
   }
@@ -352,7 +412,8 @@ WindowResult<T> run_window(const ModelSpec& spec, const ProcedureConfig& config,
     state.loss_scale *= ls.backoff_factor;
     state.good_steps = 0;
   } else {
-    optimizer_step(config, state, g.grads);
+    optimizer_step(config, state, g.grads,
+                   config.sharded ? detail::window_ranks(config, micro_batch_samples.size()) : 1);
     if (ls.dynamic && ++state.good_steps == ls.growth_interval) {
       state.loss_scale *= ls.growth_factor;
       state.good_steps = 0;

@@ -41,7 +41,7 @@ nlohmann::json selftest_json(const SelfTestReport& r) {
       points.push_back({{"micro_batches", p.micro_batches}, {"caught", p.caught}, {"ratio", json_number(p.ratio)}});
     b16.push_back({{"compute", std::string(dtype_name(t.compute))}, {"first_caught", t.first_caught}, {"points", points}});
   }
-  nlohmann::json out = {{"backend", r.backend},       {"seed", r.seed},       {"cases", r.cases}, {"size", size_tier_name(r.size)},
+  nlohmann::json out = {{"backend", r.backend},       {"suite", r.suite}, {"ranks", r.ranks}, {"seed", r.seed},       {"cases", r.cases}, {"size", size_tier_name(r.size)},
                         {"passed", r.passed()},       {"survivors", r.survivors()},
                         {"correct", correct},         {"kill_matrix", cells}, {"mutants", mutants},
                         {"b16_threshold", b16},       {"seconds", r.seconds}};
@@ -83,12 +83,21 @@ nlohmann::json selftest_json(const SelfTestReport& r) {
 
 std::string selftest_markdown(const SelfTestReport& r) {
   std::ostringstream md;
+  const bool data_parallel = r.suite == "data_parallel";
   md << "# gradeq self-test\n\n";
-  md << "**" << (r.passed() ? "PASS" : "FAIL") << "** — backend `" << r.backend << "`, seed " << r.seed << ", up to "
-     << r.cases << " cases per property and mutant, " << size_tier_name(r.size) << " shapes, " << fmt::format("{:.1f}", r.seconds) << " s. Every property "
-     << "that runs the backend is run against correct code (it must pass) and against one mutant per catalogued "
-        "bug (docs/BUGS.md; kernels/mutants): each mutant must be caught by at least one property, with a "
-        "shrunk counterexample.\n\n";
+  if (data_parallel) {
+    md << "**" << (r.passed() ? "PASS" : "FAIL") << "** — backend `" << r.backend << "`, data_parallel suite on "
+       << r.ranks << " ranks, seed " << r.seed << ", " << fmt::format("{:.1f}", r.seconds) << " s. Each named "
+       << "check runs the suite's scenarios, replicated and sharded, on correct code (it must pass) and with one "
+          "mutant per data-parallel bug (docs/BUGS.md; harness/data_parallel.cpp): each mutant must be caught by "
+          "at least one check.\n\n";
+  } else {
+    md << "**" << (r.passed() ? "PASS" : "FAIL") << "** — backend `" << r.backend << "`, seed " << r.seed << ", up to "
+       << r.cases << " cases per property and mutant, " << size_tier_name(r.size) << " shapes, " << fmt::format("{:.1f}", r.seconds) << " s. Every property "
+       << "that runs the backend is run against correct code (it must pass) and against one mutant per catalogued "
+          "bug (docs/BUGS.md; kernels/mutants): each mutant must be caught by at least one property, with a "
+          "shrunk counterexample.\n\n";
+  }
   const std::vector<std::string> survivors = r.survivors();
   if (!survivors.empty()) {
     md << "**Surviving mutants:**";
@@ -99,8 +108,9 @@ std::string selftest_markdown(const SelfTestReport& r) {
   for (const PropertyRun& p : r.correct)
     md << "| " << p.name << " | " << p.cases << " | " << fmt::format("{:.3g}", p.worst_ratio) << " | "
        << (p.passed ? "pass" : "**FAIL** " + p.message) << " |\n";
-  md << "\n## Kill matrix\n\nA cell shows ✗ where the property caught the mutant (its shrunk counterexample below), "
-        "· where it did not (that property does not exercise the bug).\n\n| mutant | bug |";
+  md << "\n## Kill matrix\n\nA cell shows ✗ where the " << (data_parallel ? "check" : "property")
+     << " caught the mutant (" << (data_parallel ? "its first failure" : "its shrunk counterexample")
+     << " below), · where it did not (it does not exercise the bug).\n\n| mutant | bug |";
   std::vector<std::string> properties;
   for (const PropertyRun& p : r.correct) properties.push_back(p.name);
   for (const std::string& p : properties) md << " " << p << " |";
@@ -116,6 +126,15 @@ std::string selftest_markdown(const SelfTestReport& r) {
       md << (caught ? " ✗ |" : " · |");
     }
     md << "\n";
+  }
+  if (data_parallel) {
+    md << "\n## Failures\n\nFor each mutant, the first failure each check that caught it reported.\n\n";
+    for (const MutantSummary& m : r.mutants) {
+      md << "- **" << m.id << "** (" << m.source << "):" << (m.caught_by.empty() ? " **not caught**" : "") << "\n";
+      for (const KillCell& c : r.cells)
+        if (c.mutant == m.id && c.caught) md << "  - " << c.property << ": " << c.run.message << "\n";
+    }
+    return md.str();
   }
   md << "\n## Counterexamples\n\nFor each mutant, the smallest shrunk counterexample among the properties that caught "
         "it (size: samples in the split, parameters in the model).\n\n";

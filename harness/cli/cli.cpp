@@ -35,15 +35,48 @@
 #include "harness/cli/cli.h"
 #include "harness/backends.h"
 #include "harness/config.h"
+#include "harness/gate/data_parallel_gate.h"
 #include "harness/gate/gate.h"
 #include "harness/gate/selftest.h"
 #include "harness/suite.h"
+#include "kernels/communicator.h"
 #include "reports/report.h"
+#if GRADEQ_HAVE_MPI
+#include "kernels/mpi/mpi_communicator.h"
+#endif
 
 namespace gradeq {
 namespace {
 
 constexpr int kExitPass = 0, kExitFail = 1, kExitUsage = 2, kExitEnvironment = 3, kExitInternal = 4;
+// How long a data-parallel collective may wait for the other ranks before
+// the run stops (a rank died or hangs). Rank 0 computes the references
+// while the others wait, so it is generous.
+constexpr double kDefaultTimeout = 300.0;
+
+// Says on stderr what went wrong (from `rank` of a data-parallel run, or
+// -1) and returns the exit code for it.
+int report_error(std::exception_ptr error, int rank) {
+  const std::string who = rank < 0 ? "gradeq: " : "gradeq (rank " + std::to_string(rank) + "): ";
+  try {
+    std::rethrow_exception(error);
+  } catch (const EnvironmentError& e) {
+    std::cerr << who << e.what() << "\n";
+    return kExitEnvironment;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << who << e.what() << "\n";
+    return kExitUsage;
+  } catch (const std::bad_alloc&) {
+    std::cerr << who << "out of memory: the run needs more memory than this machine gives it (smaller shapes, "
+                        "or fewer scenarios at once)\n";
+    return kExitEnvironment;
+  } catch (const std::exception& e) {
+    std::cerr << who << "internal error: " << e.what()
+              << "\nThis is a bug in gradeq, not in the code under test: please report it with the command line "
+                 "that gave it.\n";
+    return kExitInternal;
+  }
+}
 
 // Ctrl-C and SIGTERM stop the run at once, with 128 + the signal: reports
 // are written whole at the end under temporary names (write_text), and the
@@ -76,6 +109,9 @@ struct CheckArgs {
   std::string baseline;        // an earlier report.json to compare against
   bool fail_on_drift = false;  // drift fails the run (exit 1)
   std::string selftest;        // a selftest.json whose figures the report shows
+  double timeout = kDefaultTimeout;  // data-parallel: seconds a collective may wait
+  bool cases_given = false, size_given = false, timeout_given = false;
+  std::uint64_t command = 0;  // a hash of the command line (every rank must run the same)
 };
 
 SizeTier size_tier_of(const std::string& name) { return name == "large" ? SizeTier::large : SizeTier::small; }
@@ -123,15 +159,24 @@ void add_memory_option(CLI::App& cmd, std::string& max_memory) {
                  "Refuse a scenario estimated to need more memory than this (16G, 512M); default: what is available");
 }
 
+void add_timeout_option(CLI::App& cmd, double& timeout) {
+  cmd.add_option("--timeout", timeout,
+                 "Data-parallel suite: stop (exit 3) when a collective waits longer than this many seconds for the "
+                 "other ranks (default 300)")
+      ->check(CLI::Range(1.0, 86400.0));
+}
+
 void add_check_options(CLI::App& cmd, CheckArgs& a) {
   add_backend_option(cmd, a.backend, "Backend under test");
   cmd.add_option("--seed", a.seed, "Run seed (any 64-bit value): the same seed reproduces the same run");
   cmd.add_option("--cases", a.cases, "Successful cases per property")->check(CLI::Range(1, 1000000));
   CLI::Option* config = cmd.add_option("--config", a.config_file, "Scenarios from this TOML file instead of the embedded suite")
       ->check(CLI::ExistingFile);
-  cmd.add_option("--suite", a.suite, "Embedded suite: default, or scale (tile and reduction boundaries)")
-      ->check(CLI::IsMember({"default", "scale"}))
+  cmd.add_option("--suite", a.suite,
+                 "Embedded suite: default, scale (tile and reduction boundaries) or data_parallel (under mpirun -np W)")
+      ->check(CLI::IsMember({"default", "scale", "data_parallel"}))
       ->excludes(config);
+  add_timeout_option(cmd, a.timeout);
   cmd.add_option("--scenario", a.scenarios, "Run only this named scenario (repeatable)");
   cmd.add_option("--property", a.properties, "Run only this property (repeatable)");
   cmd.add_option("--error-model", a.error_model, "Error model: probabilistic (default) or deterministic")
@@ -228,7 +273,103 @@ void require_writable_file(const std::string& file, const std::string& option) {
   require_writable_directory(directory_of(file));
 }
 
+// ---- data parallelism (`mpirun -np W gradeq check --suite data_parallel`)
+
+// The communicator of this process: MPI where mpirun started it (and gradeq
+// was built with MPI), otherwise one local rank.
+std::unique_ptr<Communicator> make_communicator(double timeout) {
+#if GRADEQ_HAVE_MPI
+  if (MpiCommunicator::launched_by_mpirun()) return std::make_unique<MpiCommunicator>(timeout);
+#else
+  const char* ranks = std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (ranks && std::atoi(ranks) > 1)
+    throw EnvironmentError(std::string("this gradeq was built without MPI (install libopenmpi-dev and rebuild), so it "
+                                       "cannot run as one of ") + ranks + " ranks");
+#endif
+  (void)timeout;
+  return std::make_unique<LocalCommunicator>();
+}
+
+// Every rank must run the same command: the ranks' command-line hashes are
+// compared before any work (exit 2 on every rank when they differ).
+void require_same_command(Communicator& comm, std::uint64_t command) {
+  const std::vector<std::uint64_t> all = comm.all_gather(command);
+  for (std::size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0])
+      throw std::invalid_argument("rank " + std::to_string(r) + " was started with other arguments than rank 0: "
+                                  "every rank of a data-parallel run must run the same command");
+}
+
+// Options that mean nothing to the data-parallel suite are refused, not ignored.
+void refuse_for_data_parallel(const CheckArgs& a) {
+  const auto refuse = [](bool given, const char* option, const char* why) {
+    if (given) throw std::invalid_argument(std::string(option) + " does not apply to the data_parallel suite: " + why);
+  };
+  refuse(!a.properties.empty(), "--property", "its checks are named in the report; run the suite");
+  refuse(!a.dump_dir.empty(), "--dump", "a window set holds one process's run");
+  refuse(a.cases_given, "--cases", "it runs named scenarios, not generated cases");
+  refuse(a.size_given, "--size", "it runs named scenarios, not generated shapes");
+}
+
+int run_data_parallel_check(const CheckArgs& a, const std::optional<std::string>& report_dir,
+                            const std::string& program) {
+  refuse_for_data_parallel(a);
+  const std::unique_ptr<Communicator> comm = make_communicator(a.timeout);
+  const bool root = comm->rank() == 0;
+  try {
+    require_same_command(*comm, a.command);
+    DataParallelOptions options;
+    options.seed = parse_seed(a.seed);
+    options.scenarios = a.scenarios;
+    options.program = program;
+    options.model.reduction =
+        a.error_model == "probabilistic" ? ref::ReductionBound::probabilistic : ref::ReductionBound::deterministic;
+    if (root && report_dir) require_writable_directory(*report_dir);
+    if (root && !a.junit_file.empty()) require_writable_file(a.junit_file, "--junit");
+    if (root && report_dir) remove_stale(*report_dir, {"report.json", "report.md", "report.html", "junit.xml"});
+    const std::optional<nlohmann::json> baseline =
+        a.baseline.empty() || !root ? std::nullopt : std::optional<nlohmann::json>(read_baseline(a.baseline));
+    const std::optional<nlohmann::json> selftest =
+        a.selftest.empty() || !root ? std::nullopt : std::optional<nlohmann::json>(read_selftest(a.selftest));
+    if (!a.selftest.empty() && !report_dir)
+      throw std::invalid_argument("--selftest shows a self-test in a written report: give --report DIR");
+    std::unique_ptr<Backend> backend = make_backend(a.backend);
+    if (root)
+      std::cout << fmt::format("gradeq check: backend {}, data_parallel suite on {} rank{} ({}), seed {}, {} error model\n",
+                               backend->name(), comm->size(), comm->size() == 1 ? "" : "s", comm->name(), options.seed,
+                               a.error_model);
+    const CheckReport report = run_data_parallel_gate(options, *backend, *comm, root ? make_progress() : ProgressSink{});
+    int code = kExitPass;
+    if (root) {
+      end_progress();
+      std::cout << check_summary(report);
+      std::optional<nlohmann::json> drift;
+      if (baseline) {
+        drift = compare_to_baseline(report_json(report), *baseline);
+        std::cout << fmt::format("drift against {}: {} of {} checks flagged\n", a.baseline, drift->at("flags").size(),
+                                 drift->value("compared", 0L));
+      }
+      const nlohmann::json* drift_json = drift ? &*drift : nullptr;
+      if (report_dir) write_all_reports(*report_dir, report, drift_json, a.fail_on_drift, selftest ? &*selftest : nullptr);
+      if (!a.junit_file.empty()) {
+        write_text(a.junit_file, report_junit(report, drift_json, a.fail_on_drift));
+        std::cout << "wrote " << a.junit_file << "\n";
+      }
+      const bool drifted = drift && !drift->at("flags").empty();
+      code = report.passed() && !(drifted && a.fail_on_drift) ? kExitPass : kExitFail;
+    }
+    return comm->broadcast(code);
+  } catch (...) {
+    // An error on one rank while the others wait in a collective: stop them all.
+    const int code = report_error(std::current_exception(), comm->size() > 1 ? comm->rank() : -1);
+    comm->abort(code);
+    return code;
+  }
+}
+
 int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir, const std::string& program) {
+  if (a.suite == "data_parallel") return run_data_parallel_check(a, report_dir, program);
+  if (a.timeout_given) throw std::invalid_argument("--timeout applies to the data_parallel suite only");
   const std::uint64_t seed = parse_seed(a.seed);
   if (!a.dump_dir.empty() && a.scenarios.size() != 1)
     throw std::invalid_argument("--dump needs exactly one --scenario (see `gradeq list scenarios`)");
@@ -380,9 +521,61 @@ struct SelfTestArgs {
   int threads = 2;
   std::string size = "small";
   std::string out_dir;
+  std::string suite = "default";
+  double timeout = kDefaultTimeout;
+  bool cases_given = false, size_given = false, timeout_given = false, campaign_given = false;
+  std::uint64_t command = 0;
 };
 
+void write_selftest(const std::string& out_dir, const SelfTestReport& report) {
+  write_text(std::filesystem::path(out_dir) / "selftest.json", selftest_json(report).dump(2) + "\n");
+  write_text(std::filesystem::path(out_dir) / "selftest.md", selftest_markdown(report));
+  std::cout << "wrote " << out_dir << "/selftest.json, selftest.md\n";
+}
+
+// `mpirun -np W gradeq selftest --suite data_parallel`: the data-parallel
+// mutants against the data-parallel checks.
+int run_data_parallel_selftest_command(const SelfTestArgs& a) {
+  const auto refuse = [](bool given, const char* option) {
+    if (given)
+      throw std::invalid_argument(std::string(option) + " does not apply to the data_parallel self-test: it runs the "
+                                                        "named scenarios of the suite against each mutant");
+  };
+  refuse(a.cases_given, "--cases");
+  refuse(a.size_given, "--size");
+  refuse(a.campaign_given, "--campaign");
+  const std::unique_ptr<Communicator> comm = make_communicator(a.timeout);
+  const bool root = comm->rank() == 0;
+  try {
+    require_same_command(*comm, a.command);
+    if (root && !a.out_dir.empty()) require_writable_directory(a.out_dir);
+    if (root && !a.out_dir.empty()) remove_stale(a.out_dir, {"selftest.json", "selftest.md"});
+    DataParallelOptions options;
+    options.seed = parse_seed(a.seed);
+    std::unique_ptr<Backend> backend = make_backend(a.backend);
+    if (root)
+      std::cout << fmt::format("gradeq selftest: backend {}, data_parallel suite on {} ranks ({}), seed {}\n",
+                               backend->name(), comm->size(), comm->name(), options.seed);
+    const SelfTestReport report =
+        run_data_parallel_selftest(options, *backend, *comm, root ? make_progress() : ProgressSink{});
+    int code = kExitPass;
+    if (root) {
+      end_progress();
+      std::cout << selftest_summary(report);
+      if (!a.out_dir.empty()) write_selftest(a.out_dir, report);
+      code = report.passed() ? kExitPass : kExitFail;
+    }
+    return comm->broadcast(code);
+  } catch (...) {
+    const int code = report_error(std::current_exception(), comm->size() > 1 ? comm->rank() : -1);
+    comm->abort(code);
+    return code;
+  }
+}
+
 int run_selftest_command(const SelfTestArgs& a) {
+  if (a.suite == "data_parallel") return run_data_parallel_selftest_command(a);
+  if (a.timeout_given) throw std::invalid_argument("--timeout applies to the data_parallel self-test only");
   const std::uint64_t seed = parse_seed(a.seed);
   if (!replayed_properties().empty())
     throw std::invalid_argument("selftest runs every property against every mutant; RC_PARAMS replays a failure "
@@ -401,11 +594,7 @@ int run_selftest_command(const SelfTestArgs& a) {
   const SelfTestReport report = run_selftest(options, *backend, progress);
   end_progress();
   std::cout << selftest_summary(report);
-  if (!a.out_dir.empty()) {
-    write_text(std::filesystem::path(a.out_dir) / "selftest.json", selftest_json(report).dump(2) + "\n");
-    write_text(std::filesystem::path(a.out_dir) / "selftest.md", selftest_markdown(report));
-    std::cout << "wrote " << a.out_dir << "/selftest.json, selftest.md\n";
-  }
+  if (!a.out_dir.empty()) write_selftest(a.out_dir, report);
   return report.passed() ? kExitPass : kExitFail;
 }
 
@@ -482,6 +671,11 @@ int run_cli(int argc, char** argv) {
       ->needs(campaign);
   selftest->add_option("--out", selftest_args.out_dir, "Write selftest.json and selftest.md here");
   add_size_option(*selftest, selftest_args.size);
+  selftest->add_option("--suite", selftest_args.suite,
+                       "default (every property against the single-process mutants) or data_parallel (the "
+                       "data-parallel mutants, under mpirun -np W with W >= 2)")
+      ->check(CLI::IsMember({"default", "data_parallel"}));
+  add_timeout_option(*selftest, selftest_args.timeout);
 
   std::string list_what = "all";
   CLI::App* list = app.add_subcommand("list", "List scenarios, properties, mutants and backends");
@@ -504,7 +698,37 @@ int run_cli(int argc, char** argv) {
     return kExitUsage;
   }
 
+  // Which options were given (some do not apply to every suite), and the
+  // command line every rank of a data-parallel run must share.
+  const auto given = [](CLI::App* cmd, const char* option) { return cmd->get_option(option)->count() > 0; };
+  for (auto [cmd, args] : {std::pair{check, &check_args}, std::pair{report, &report_args}}) {
+    args->cases_given = given(cmd, "--cases");
+    args->size_given = given(cmd, "--size");
+    args->timeout_given = given(cmd, "--timeout");
+  }
+  selftest_args.cases_given = given(selftest, "--cases");
+  selftest_args.size_given = given(selftest, "--size");
+  selftest_args.timeout_given = given(selftest, "--timeout");
+  selftest_args.campaign_given = given(selftest, "--campaign");
+  std::uint64_t command = 0xcbf29ce484222325ULL;
+  for (int i = 1; i < argc; ++i)
+    for (const char* c = argv[i];; ++c) {
+      command = (command ^ static_cast<unsigned char>(*c)) * 0x100000001b3ULL;
+      if (!*c) break;
+    }
+  check_args.command = report_args.command = selftest_args.command = command;
+
   try {
+    // Under mpirun with several ranks only the data-parallel suite runs:
+    // anything else would run W times side by side.
+    const char* ranks = std::getenv("OMPI_COMM_WORLD_SIZE");
+    const bool data_parallel = (*check && check_args.suite == "data_parallel") ||
+                               (*report && report_args.suite == "data_parallel") ||
+                               (*selftest && selftest_args.suite == "data_parallel");
+    if (ranks && std::atoi(ranks) > 1 && !data_parallel)
+      throw std::invalid_argument(std::string("started as one of ") + ranks +
+                                  " ranks by mpirun: only `check --suite data_parallel` and `selftest --suite "
+                                  "data_parallel` run across ranks");
     if (*check) {
       const std::optional<std::string> dir =
           check_args.report_dir.empty() ? std::nullopt : std::optional<std::string>(check_args.report_dir);
@@ -518,21 +742,8 @@ int run_cli(int argc, char** argv) {
       return run_sweep(sweep_args);
     }
     if (*selftest) return run_selftest_command(selftest_args);
-  } catch (const EnvironmentError& e) {
-    std::cerr << "gradeq: " << e.what() << "\n";
-    return kExitEnvironment;
-  } catch (const std::invalid_argument& e) {
-    std::cerr << "gradeq: " << e.what() << "\n";
-    return kExitUsage;
-  } catch (const std::bad_alloc&) {
-    std::cerr << "gradeq: out of memory: the run needs more memory than this machine gives it (smaller shapes, "
-                 "or fewer scenarios at once)\n";
-    return kExitEnvironment;
-  } catch (const std::exception& e) {
-    std::cerr << "gradeq: internal error: " << e.what()
-              << "\nThis is a bug in gradeq, not in the code under test: please report it with the command line "
-                 "that gave it.\n";
-    return kExitInternal;
+  } catch (...) {
+    return report_error(std::current_exception(), -1);
   }
   return kExitUsage;
 }

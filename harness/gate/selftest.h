@@ -93,6 +93,11 @@ struct Campaign {
 
 struct SelfTestReport {
   std::string backend;
+  // "default": generated cases against the single-process mutants;
+  // "data_parallel": the suite's named scenarios on `ranks` ranks against
+  // the data-parallel mutants (no generated cases, nothing to shrink).
+  std::string suite = "default";
+  int ranks = 1;
   std::uint64_t seed = 0;
   int cases = 0;
   SizeTier size = SizeTier::small;

@@ -1,0 +1,60 @@
+// data_parallel_gate.h — the data-parallel gate and its self-test, run by
+// every rank of a Communicator (`mpirun -np W gradeq check --suite
+// data_parallel`).
+//
+// Each scenario of the suite runs twice on the W ranks, replicated and
+// sharded (harness/data_parallel.h), and is judged by the verdicts of
+// harness/equivalence.h against the single-process full batch of the same
+// global window. Four named checks:
+//   DataParallelEquivalence  every replicated run's verdicts pass
+//   ShardedEquivalence       every sharded run's verdicts pass
+//   RankConsistency          after every window, every rank holds bitwise
+//                            the same parameters, gradient, optimizer state
+//   ShardedAgreement         in the first window (both from the initial
+//                            state) sharded and replicated agree within the
+//                            sum of their bounds
+// Rank 0 computes the references, judges and reports; the other ranks run
+// their part of each window and receive the outcome.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness/data_parallel.h"
+#include "harness/gate/gate.h"
+#include "harness/gate/selftest.h"
+#include "harness/progress.h"
+
+namespace gradeq {
+
+struct DataParallelOptions {
+  std::uint64_t seed = 1;
+  std::vector<ScenarioSpec> suite;     // each split one rank's (data_parallel_spec); empty: the embedded suite
+  std::vector<std::string> scenarios;  // empty: the whole suite
+  ErrorModel model;
+  std::string program = "gradeq";
+};
+
+// The named checks, in report order.
+const std::vector<std::string>& data_parallel_check_names();
+
+// Collective. On rank 0 the full report: the scenarios (named
+// "<scenario>/replicated" and "<scenario>/sharded") and the properties
+// RankConsistency and ShardedAgreement (DataParallelEquivalence and
+// ShardedEquivalence are the scenarios' own verdicts). On the other ranks a
+// report without results: the caller takes rank 0's outcome
+// (Communicator::broadcast). Throws
+// std::invalid_argument (on every rank alike) for a scenario that cannot
+// run on this many ranks.
+CheckReport run_data_parallel_gate(const DataParallelOptions& options, Backend& backend, Communicator& comm,
+                                   const ProgressSink& progress = {});
+
+// Collective. Correct code, then each mutant of data_parallel_mutants() in
+// its mode (the other mode runs correct code), against the four checks.
+// Needs at least 2 ranks (std::invalid_argument otherwise). The report is
+// complete on rank 0 only, as for the gate.
+SelfTestReport run_data_parallel_selftest(const DataParallelOptions& options, Backend& backend, Communicator& comm,
+                                          const ProgressSink& progress = {});
+
+}  // namespace gradeq
