@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -290,14 +291,31 @@ std::unique_ptr<Communicator> make_communicator(double timeout) {
   return std::make_unique<LocalCommunicator>();
 }
 
-// Every rank must run the same command: the ranks' command-line hashes are
-// compared before any work (exit 2 on every rank when they differ).
-void require_same_command(Communicator& comm, std::uint64_t command) {
-  const std::vector<std::uint64_t> all = comm.all_gather(command);
-  for (std::size_t r = 1; r < all.size(); ++r)
-    if (all[r] != all[0])
-      throw std::invalid_argument("rank " + std::to_string(r) + " was started with other arguments than rank 0: "
-                                  "every rank of a data-parallel run must run the same command");
+// Bad input to a data-parallel run, found by every rank before any work:
+// the ranks agree that something is wrong, rank 0 says what (another rank
+// only when rank 0 found nothing), and every rank exits 2 by itself, without
+// aborting the job. `validate` throws std::invalid_argument on bad input.
+// Every rank must also run the same command (their command-line hashes).
+// Returns whether the run may go on.
+bool agree_input_is_good(Communicator& comm, std::uint64_t command, const std::function<void()>& validate) {
+  std::string problem;
+  try {
+    validate();
+  } catch (const std::invalid_argument& e) {
+    problem = e.what();
+  }
+  const std::vector<std::uint64_t> commands = comm.all_gather(command);
+  for (std::size_t r = 1; r < commands.size() && problem.empty(); ++r)
+    if (commands[r] != commands[0])
+      problem = "rank " + std::to_string(r) + " was started with other arguments than rank 0: every rank of a "
+                "data-parallel run must run the same command";
+  const std::vector<std::uint64_t> bad = comm.all_gather(problem.empty() ? 0 : 1);
+  if (!problem.empty() && (comm.rank() == 0 || bad[0] == 0))
+    std::cerr << (comm.rank() == 0 ? "gradeq: " : "gradeq (rank " + std::to_string(comm.rank()) + "): ") << problem
+              << "\n";
+  for (std::uint64_t b : bad)
+    if (b) return false;
+  return true;
 }
 
 // Options that mean nothing to the data-parallel suite are refused, not ignored.
@@ -316,23 +334,26 @@ int run_data_parallel_check(const CheckArgs& a, const std::optional<std::string>
   refuse_for_data_parallel(a);
   const std::unique_ptr<Communicator> comm = make_communicator(a.timeout);
   const bool root = comm->rank() == 0;
-  try {
-    require_same_command(*comm, a.command);
-    DataParallelOptions options;
+  DataParallelOptions options;
+  std::optional<nlohmann::json> baseline, selftest;
+  const bool good = agree_input_is_good(*comm, a.command, [&] {
     options.seed = parse_seed(a.seed);
     options.scenarios = a.scenarios;
     options.program = program;
     options.model.reduction =
         a.error_model == "probabilistic" ? ref::ReductionBound::probabilistic : ref::ReductionBound::deterministic;
-    if (root && report_dir) require_writable_directory(*report_dir);
-    if (root && !a.junit_file.empty()) require_writable_file(a.junit_file, "--junit");
-    if (root && report_dir) remove_stale(*report_dir, {"report.json", "report.md", "report.html", "junit.xml"});
-    const std::optional<nlohmann::json> baseline =
-        a.baseline.empty() || !root ? std::nullopt : std::optional<nlohmann::json>(read_baseline(a.baseline));
-    const std::optional<nlohmann::json> selftest =
-        a.selftest.empty() || !root ? std::nullopt : std::optional<nlohmann::json>(read_selftest(a.selftest));
     if (!a.selftest.empty() && !report_dir)
       throw std::invalid_argument("--selftest shows a self-test in a written report: give --report DIR");
+    require_data_parallel_suite(options, comm->size());
+    if (!root) return;
+    if (report_dir) require_writable_directory(*report_dir);
+    if (!a.junit_file.empty()) require_writable_file(a.junit_file, "--junit");
+    if (report_dir) remove_stale(*report_dir, {"report.json", "report.md", "report.html", "junit.xml"});
+    if (!a.baseline.empty()) baseline = read_baseline(a.baseline);
+    if (!a.selftest.empty()) selftest = read_selftest(a.selftest);
+  });
+  if (!good) return kExitUsage;
+  try {
     std::unique_ptr<Backend> backend = make_backend(a.backend);
     if (root)
       std::cout << fmt::format("gradeq check: backend {}, data_parallel suite on {} rank{} ({}), seed {}, {} error model\n",
@@ -546,12 +567,18 @@ int run_data_parallel_selftest_command(const SelfTestArgs& a) {
   refuse(a.campaign_given, "--campaign");
   const std::unique_ptr<Communicator> comm = make_communicator(a.timeout);
   const bool root = comm->rank() == 0;
-  try {
-    require_same_command(*comm, a.command);
+  DataParallelOptions options;
+  const bool good = agree_input_is_good(*comm, a.command, [&] {
+    options.seed = parse_seed(a.seed);
+    if (comm->size() < 2)
+      throw std::invalid_argument("the data-parallel self-test needs at least 2 ranks (its bugs live between "
+                                  "ranks): run it as `mpirun -np 2 gradeq selftest --suite data_parallel`");
+    require_data_parallel_suite(options, comm->size());
     if (root && !a.out_dir.empty()) require_writable_directory(a.out_dir);
     if (root && !a.out_dir.empty()) remove_stale(a.out_dir, {"selftest.json", "selftest.md"});
-    DataParallelOptions options;
-    options.seed = parse_seed(a.seed);
+  });
+  if (!good) return kExitUsage;
+  try {
     std::unique_ptr<Backend> backend = make_backend(a.backend);
     if (root)
       std::cout << fmt::format("gradeq selftest: backend {}, data_parallel suite on {} ranks ({}), seed {}\n",

@@ -79,9 +79,7 @@ Outcome run_checks(const DataParallelOptions& options, Backend& backend, Communi
                    const std::string& label) {
   const std::vector<ScenarioSpec> suite = selected(options);
   const int ranks = comm.size();
-  // Refused before anything runs, on every rank alike.
-  for (const ScenarioSpec& base : suite)
-    for (ShardMode mode : kModes) require_data_parallel(spec_for(base, options, ranks, mode), ranks, mode);
+  require_data_parallel_suite(options, ranks);  // before anything runs, on every rank alike
   Outcome out{{}, named_check("RankConsistency"), named_check("ShardedAgreement")};
   std::size_t done = 0;
   for (const ScenarioSpec& base : suite) {
@@ -135,6 +133,11 @@ std::string utc_now() {
 }
 
 }  // namespace
+
+void require_data_parallel_suite(const DataParallelOptions& options, int ranks) {
+  for (const ScenarioSpec& base : selected(options))
+    for (ShardMode mode : kModes) require_data_parallel(spec_for(base, options, ranks, mode), ranks, mode);
+}
 
 const std::vector<std::string>& data_parallel_check_names() {
   static const std::vector<std::string> names = {"DataParallelEquivalence", "ShardedEquivalence", "RankConsistency",

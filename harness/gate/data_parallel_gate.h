@@ -39,6 +39,10 @@ struct DataParallelOptions {
 // The named checks, in report order.
 const std::vector<std::string>& data_parallel_check_names();
 
+// std::invalid_argument, saying why, when a scenario of the selection is
+// unknown or cannot run on `ranks` ranks (require_data_parallel).
+void require_data_parallel_suite(const DataParallelOptions& options, int ranks);
+
 // Collective. On rank 0 the full report: the scenarios (named
 // "<scenario>/replicated" and "<scenario>/sharded") and the properties
 // RankConsistency and ShardedAgreement (DataParallelEquivalence and
