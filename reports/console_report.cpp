@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "harness/backends.h"
+#include "harness/data_parallel.h"
 #include "harness/mutants.h"
 #include "harness/suite.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -84,6 +85,10 @@ std::string catalogue_listing(const std::string& what) {
     out << "scenarios:\n";
     for (const ScenarioSpec& s : default_scenarios())
       out << fmt::format("  {:30} {}  split {}\n", s.name, ref::describe(s.model), describe_split(s.split));
+    out << "data_parallel suite (--suite data_parallel; each split is one rank's, rank r adds r samples to its first "
+           "micro-batch):\n";
+    for (const ScenarioSpec& s : data_parallel_scenarios())
+      out << fmt::format("  {:30} {}  split {}\n", s.name, ref::describe(s.model), describe_split(s.split));
   }
   if (what == "properties" || what == "all") {
     out << "properties:\n";
@@ -93,6 +98,9 @@ std::string catalogue_listing(const std::string& what) {
     out << "mutants (gradeq selftest; B19 takes its CUDA form on the cuda backend):\n";
     CpuBackend host;
     for (const Mutant& m : mutants_for(host)) out << fmt::format("  {:4} {}  [{}]\n", m.id, m.bug, m.source);
+    out << "data-parallel mutants (mpirun -np W gradeq selftest --suite data_parallel, W >= 2):\n";
+    for (const DataParallelMutant& m : data_parallel_mutants())
+      out << fmt::format("  {:4} {} ({})  [{}]\n", m.id, m.bug, shard_mode_name(m.mode), m.source);
   }
   if (what == "backends" || what == "all") {
     out << "backends:\n";

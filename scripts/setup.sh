@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 packages=(g++ cmake make pkg-config libeigen3-dev librapidcheck-dev libgtest-dev libgmock-dev
           libbenchmark-dev nlohmann-json3-dev libcli11-dev libfmt-dev libtomlplusplus-dev python3 python3-yaml
-          gnuplot-nox python3-jsonschema)
+          gnuplot-nox python3-jsonschema libopenmpi-dev openmpi-bin)
 # GRADEQ_EXTRA_PACKAGES: more Debian packages for optional tests (CI sets
 # python3-numpy python3-torch for the torch label).
 # shellcheck disable=SC2206
