@@ -56,8 +56,26 @@ expect 2 "cannot shard" "$out/shard.log" -- mpirun --oversubscribe -np 5 "$grade
 expect 2 "other arguments than rank 0" "$out/mismatch.log" -- \
   mpirun --oversubscribe -np 1 "$gradeq" check --suite data_parallel --seed 1 : \
          -np 1 "$gradeq" check --suite data_parallel --seed 2
-expect 2 "only \`check --suite data_parallel\`" "$out/other_suite.log" -- \
+expect 2 "only data-parallel runs" "$out/other_suite.log" -- \
   mpirun --oversubscribe -np 2 "$gradeq" check --scenario mlp_mse_equal
+# A user's own scenarios across ranks (--config FILE --data-parallel).
+cat >"$out/mine.toml" <<'TOML'
+[[scenario]]
+name = "my_block"
+input_features = 6
+positions = 4
+layers = ["rmsnorm", "linear:12", "gelu", "linear:6"]
+loss = "cross_entropy"
+data = "padded_sequences"
+split = [[1, 2], [2, 1]]
+optimizer = "adamw"
+clip_max_norm = 0.1
+TOML
+expect 0 "result: PASS" "$out/config.log" -- \
+  mpirun --oversubscribe -np 3 "$gradeq" check --config "$out/mine.toml" --data-parallel
+sed 's/linear:12/linear:10/' "$out/mine.toml" >"$out/unshardable.toml"
+expect 2 "cannot shard layer1.bias" "$out/unshardable.log" -- \
+  mpirun --oversubscribe -np 3 "$gradeq" check --config "$out/unshardable.toml" --data-parallel
 expect 2 "needs at least 2 ranks" "$out/selftest_one.log" -- "$gradeq" selftest --suite data_parallel
 
 # Faults: a rank that dies ends the job at once; one that hangs, after the

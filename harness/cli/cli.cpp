@@ -113,6 +113,8 @@ struct CheckArgs {
   double timeout = kDefaultTimeout;  // data-parallel: seconds a collective may wait
   bool cases_given = false, size_given = false, timeout_given = false;
   std::uint64_t command = 0;  // a hash of the command line (every rank must run the same)
+  bool data_parallel = false;  // --data-parallel (implied by --suite data_parallel)
+  bool data_parallel_run() const { return data_parallel || suite == "data_parallel"; }
 };
 
 SizeTier size_tier_of(const std::string& name) { return name == "large" ? SizeTier::large : SizeTier::small; }
@@ -178,6 +180,9 @@ void add_check_options(CLI::App& cmd, CheckArgs& a) {
       ->check(CLI::IsMember({"default", "scale", "data_parallel"}))
       ->excludes(config);
   add_timeout_option(cmd, a.timeout);
+  cmd.add_flag("--data-parallel", a.data_parallel,
+               "Run the suite's (or --config's) scenarios across the ranks of mpirun, replicated and sharded; each "
+               "split is one rank's (implied by --suite data_parallel)");
   cmd.add_option("--scenario", a.scenarios, "Run only this named scenario (repeatable)");
   cmd.add_option("--property", a.properties, "Run only this property (repeatable)");
   cmd.add_option("--error-model", a.error_model, "Error model: probabilistic (default) or deterministic")
@@ -340,6 +345,8 @@ int run_data_parallel_check(const CheckArgs& a, const std::optional<std::string>
     options.seed = parse_seed(a.seed);
     options.scenarios = a.scenarios;
     options.program = program;
+    if (!a.config_file.empty()) options.suite = load_scenarios(a.config_file);
+    if (a.suite != "default" && a.suite != "data_parallel") options.suite = named_suite(a.suite);
     options.model.reduction =
         a.error_model == "probabilistic" ? ref::ReductionBound::probabilistic : ref::ReductionBound::deterministic;
     if (!a.selftest.empty() && !report_dir)
@@ -356,9 +363,11 @@ int run_data_parallel_check(const CheckArgs& a, const std::optional<std::string>
   try {
     std::unique_ptr<Backend> backend = make_backend(a.backend);
     if (root)
-      std::cout << fmt::format("gradeq check: backend {}, data_parallel suite on {} rank{} ({}), seed {}, {} error model\n",
-                               backend->name(), comm->size(), comm->size() == 1 ? "" : "s", comm->name(), options.seed,
-                               a.error_model);
+      std::cout << fmt::format("gradeq check: backend {}, {} on {} rank{} ({}), seed {}, {} error model\n",
+                               backend->name(),
+                               a.config_file.empty() ? (a.suite == "default" ? "data_parallel" : a.suite) + " suite"
+                                                     : a.config_file,
+                               comm->size(), comm->size() == 1 ? "" : "s", comm->name(), options.seed, a.error_model);
     const CheckReport report = run_data_parallel_gate(options, *backend, *comm, root ? make_progress() : ProgressSink{});
     int code = kExitPass;
     if (root) {
@@ -389,7 +398,7 @@ int run_data_parallel_check(const CheckArgs& a, const std::optional<std::string>
 }
 
 int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir, const std::string& program) {
-  if (a.suite == "data_parallel") return run_data_parallel_check(a, report_dir, program);
+  if (a.data_parallel_run()) return run_data_parallel_check(a, report_dir, program);
   if (a.timeout_given) throw std::invalid_argument("--timeout applies to the data_parallel suite only");
   const std::uint64_t seed = parse_seed(a.seed);
   if (!a.dump_dir.empty() && a.scenarios.size() != 1)
@@ -749,13 +758,14 @@ int run_cli(int argc, char** argv) {
     // Under mpirun with several ranks only the data-parallel suite runs:
     // anything else would run W times side by side.
     const char* ranks = std::getenv("OMPI_COMM_WORLD_SIZE");
-    const bool data_parallel = (*check && check_args.suite == "data_parallel") ||
-                               (*report && report_args.suite == "data_parallel") ||
+    const bool data_parallel = (*check && check_args.data_parallel_run()) ||
+                               (*report && report_args.data_parallel_run()) ||
                                (*selftest && selftest_args.suite == "data_parallel");
     if (ranks && std::atoi(ranks) > 1 && !data_parallel)
       throw std::invalid_argument(std::string("started as one of ") + ranks +
-                                  " ranks by mpirun: only `check --suite data_parallel` and `selftest --suite "
-                                  "data_parallel` run across ranks");
+                                  " ranks by mpirun: only data-parallel runs (`check --suite data_parallel`, "
+                                  "`check --config FILE --data-parallel`, `selftest --suite data_parallel`) run across "
+                                  "ranks");
     if (*check) {
       const std::optional<std::string> dir =
           check_args.report_dir.empty() ? std::nullopt : std::optional<std::string>(check_args.report_dir);
