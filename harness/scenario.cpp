@@ -138,6 +138,8 @@ std::string describe_procedure(const ref::ProcedureConfig& p) {
   }
   if (p.compensated) os << ", Kahan-compensated accumulation";
   if (p.batch_norm == ref::BatchNormMode::exact_window) os << ", exact-window batchnorm";
+  if (p.ranks > 1 || p.sharded)
+    os << ", data-parallel over " << p.ranks << " rank" << (p.ranks == 1 ? "" : "s") << (p.sharded ? " (sharded)" : "");
   return os.str();
 }
 

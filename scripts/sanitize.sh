@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The unit and cli tests under AddressSanitizer and UndefinedBehaviorSanitizer
+# The unit, cli and mpi tests under AddressSanitizer and UndefinedBehaviorSanitizer
 # (any report fails the test that triggered it), in build-sanitize/. CI runs
 # it after scripts/test.sh; it needs what scripts/setup.sh installs.
 set -euo pipefail
@@ -13,4 +13,4 @@ cmake --build build-sanitize -j "$(nproc 2>/dev/null || echo 2)"
 # Leak checking is off: RapidCheck and GoogleTest keep process-lifetime
 # allocations that LeakSanitizer would report as leaks of gradeq's.
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-ctest --test-dir build-sanitize --output-on-failure -j "$(nproc 2>/dev/null || echo 2)" -L 'unit|cli' "$@"
+ctest --test-dir build-sanitize --output-on-failure -j "$(nproc 2>/dev/null || echo 2)" -L 'unit|cli|mpi' "$@"
