@@ -52,8 +52,10 @@ void require_data_parallel(const ScenarioSpec& spec, int ranks, ShardMode mode) 
   if (spec.procedure.compensated)
     throw std::invalid_argument(where + "Kahan-compensated accumulation keeps a compensation per rank that an "
                                         "all-reduce would drop; data-parallel runs do not support it");
-  if (spec.procedure.batch_norm == ref::BatchNormMode::exact_window)
-    throw std::invalid_argument(where + "exact-window batchnorm is a reference-only mode");
+  if (ref::has_batch_norm(spec.model))
+    throw std::invalid_argument(where + "BatchNorm's running statistics under data parallelism (each rank's own, or "
+                                        "rank 0's broadcast as DDP's broadcast_buffers does) are not modelled; "
+                                        "data-parallel runs refuse BatchNorm (GroupNorm, LayerNorm and RMSNorm run)");
   if (mode != ShardMode::sharded) return;
   for (const ref::ParameterInfo& p : ref::parameter_layout(spec.model)) {
     if ((p.rows * p.cols) % ranks == 0) continue;

@@ -44,7 +44,8 @@ ScenarioSpec data_parallel_spec(const ScenarioSpec& base, int ranks, ShardMode m
 
 // std::invalid_argument, saying why, when `spec` cannot run data-parallel
 // over `ranks` in `mode`: a tensor whose elements do not divide among the
-// ranks (sharded), Kahan-compensated accumulation, exact-window BatchNorm.
+// ranks (sharded), Kahan-compensated accumulation, BatchNorm (its running
+// statistics across ranks are not modelled).
 void require_data_parallel(const ScenarioSpec& spec, int ranks, ShardMode mode);
 
 class DataParallelLoop : public TrainingLoop {

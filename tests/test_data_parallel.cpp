@@ -45,6 +45,9 @@ TEST(DataParallelSpec, WhatCannotRunDataParallelIsRefusedWithTheReason) {
   ScenarioSpec kahan = base;
   kahan.procedure.compensated = true;
   expect_throws_with([&] { require_data_parallel(kahan, 2, ShardMode::replicated); }, "Kahan");
+  ScenarioSpec batch_norm = base;
+  batch_norm.model.layers.insert(batch_norm.model.layers.begin() + 1, {ref::LayerKind::batch_norm, 0});
+  expect_throws_with([&] { require_data_parallel(batch_norm, 2, ShardMode::replicated); }, "refuse BatchNorm");
 }
 
 TEST(Communicator, ShardsAreConsecutiveEqualParts) {
