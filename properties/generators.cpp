@@ -271,6 +271,16 @@ rc::Gen<ScenarioSpec> normalized_scenario() {
   });
 }
 
+rc::Gen<ScenarioSpec> data_parallel_scenario() {
+  return rc::gen::exec([] {
+    ScenarioSpec s = *mixed_precision_scenario();
+    s.name = "generated data-parallel";
+    s.procedure.compensated = false;  // a compensation per rank has no all-reduce
+    if (s.split.size() < 2) s.split.push_back(s.split.front());  // bugs of later windows (B20)
+    return s;
+  });
+}
+
 rc::Gen<ScenarioSpec> long_accumulation_scenario() {
   return rc::gen::exec([] {
     ScenarioSpec s = *independent_scenario();

@@ -55,6 +55,11 @@ rc::Gen<ScenarioSpec> mixed_precision_scenario();
 // ones, under bfloat16, float16 or float32 compute, with either loss,
 // padded sequences included, half of them with an optimizer procedure.
 rc::Gen<ScenarioSpec> normalized_scenario();
+// What one rank of a data-parallel window runs (harness/data_parallel.h:
+// the split is one rank's): a mixed-precision scenario without Kahan
+// compensation, over at least two windows, half of them with an optimizer
+// procedure (clipping that binds or none).
+rc::Gen<ScenarioSpec> data_parallel_scenario();
 // Many micro-batches (64 to 300) of one or two samples, float32 buffer.
 rc::Gen<ScenarioSpec> long_accumulation_scenario();
 // Token cross-entropy over padded sequences with the equal-split

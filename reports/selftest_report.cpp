@@ -132,7 +132,9 @@ std::string selftest_markdown(const SelfTestReport& r) {
     for (const MutantSummary& m : r.mutants) {
       md << "- **" << m.id << "** (" << m.source << "):" << (m.caught_by.empty() ? " **not caught**" : "") << "\n";
       for (const KillCell& c : r.cells)
-        if (c.mutant == m.id && c.caught) md << "  - " << c.property << ": " << c.run.message << "\n";
+        if (c.mutant == m.id && c.caught)
+          md << "  - " << c.property << ": " << c.run.message
+             << (c.run.counterexample.empty() ? "" : " (shrunk case: `" + c.run.counterexample + "`)") << "\n";
     }
     return md.str();
   }

@@ -41,6 +41,7 @@ for w in 2 3 4; do
   expect 0 "data_parallel suite on $w ranks (mpi)" "$out/check_$w.log" -- \
     mpirun --oversubscribe -np $w "$gradeq" check --suite data_parallel --report "$out/report_$w"
   grep -q "result: PASS" "$out/check_$w.log" || fail "W = $w: the gate did not pass"
+  grep -q "pass  property RandomDataParallel *100 cases" "$out/check_$w.log" || fail "W = $w: no random cases"
 done
 [ -f "$out/report_2/report.json" ] || fail "no report.json written by rank 0"
 
@@ -51,6 +52,16 @@ done
 for id in B2 B12 B20 B21 B22 B23; do
   grep -q "caught    $id " "$out/selftest_2.log" || fail "mutant $id not caught on 2 ranks"
 done
+for id in B2 B12 B20 B21 B22; do  # replicated bugs: the random property finds them too
+  grep -q "caught    $id .*RandomDataParallel" "$out/selftest_2.log" || fail "RandomDataParallel missed $id"
+done
+# A failing random case replays on the same ranks from its RC_PARAMS (here
+# on correct code, where the replayed case passes: RapidCheck says so).
+reproduce=$(python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(next(c['reproduce'] for c in j['kill_matrix'] if c['property']=='RandomDataParallel' and c['caught']))" "$out/selftest_2/selftest.json")
+export RC_PARAMS="$reproduce"
+expect 1 "Reproduced result is not a failure" "$out/replay.log" -- \
+  mpirun --oversubscribe -np 2 -x RC_PARAMS "$gradeq" check --suite data_parallel --property RandomDataParallel
+unset RC_PARAMS
 
 expect 2 "cannot shard" "$out/shard.log" -- mpirun --oversubscribe -np 5 "$gradeq" check --suite data_parallel
 expect 2 "other arguments than rank 0" "$out/mismatch.log" -- \

@@ -328,10 +328,11 @@ void refuse_for_data_parallel(const CheckArgs& a) {
   const auto refuse = [](bool given, const char* option, const char* why) {
     if (given) throw std::invalid_argument(std::string(option) + " does not apply to the data_parallel suite: " + why);
   };
-  refuse(!a.properties.empty(), "--property", "its checks are named in the report; run the suite");
+  for (const std::string& p : a.properties)
+    refuse(p != "RandomDataParallel", ("--property " + p).c_str(),
+           "its one property is RandomDataParallel (the other checks run with the scenarios)");
   refuse(!a.dump_dir.empty(), "--dump", "a window set holds one process's run");
-  refuse(a.cases_given, "--cases", "it runs named scenarios, not generated cases");
-  refuse(a.size_given, "--size", "it runs named scenarios, not generated shapes");
+  refuse(a.size_given, "--size", "its generated cases have the small shapes");
 }
 
 int run_data_parallel_check(const CheckArgs& a, const std::optional<std::string>& report_dir,
@@ -345,6 +346,10 @@ int run_data_parallel_check(const CheckArgs& a, const std::optional<std::string>
     options.seed = parse_seed(a.seed);
     options.scenarios = a.scenarios;
     options.program = program;
+    options.cases = a.cases;
+    // Naming only the property runs only it; naming only scenarios, only them.
+    options.run_scenarios = a.properties.empty() || !a.scenarios.empty();
+    if (!a.scenarios.empty() && a.properties.empty()) options.cases = 0;
     if (!a.config_file.empty()) options.suite = load_scenarios(a.config_file);
     if (a.suite != "default" && a.suite != "data_parallel") options.suite = named_suite(a.suite);
     options.model.reduction =
@@ -571,7 +576,6 @@ int run_data_parallel_selftest_command(const SelfTestArgs& a) {
       throw std::invalid_argument(std::string(option) + " does not apply to the data_parallel self-test: it runs the "
                                                         "named scenarios of the suite against each mutant");
   };
-  refuse(a.cases_given, "--cases");
   refuse(a.size_given, "--size");
   refuse(a.campaign_given, "--campaign");
   const std::unique_ptr<Communicator> comm = make_communicator(a.timeout);
@@ -579,6 +583,7 @@ int run_data_parallel_selftest_command(const SelfTestArgs& a) {
   DataParallelOptions options;
   const bool good = agree_input_is_good(*comm, a.command, [&] {
     options.seed = parse_seed(a.seed);
+    options.cases = a.cases;
     if (comm->size() < 2)
       throw std::invalid_argument("the data-parallel self-test needs at least 2 ranks (its bugs live between "
                                   "ranks): run it as `mpirun -np 2 gradeq selftest --suite data_parallel`");

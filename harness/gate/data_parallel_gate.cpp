@@ -8,6 +8,8 @@
 #include <stdexcept>
 
 #include "harness/suite.h"
+#include "properties/generators.h"
+#include "properties/property_runner.h"
 
 namespace gradeq {
 namespace {
@@ -17,7 +19,7 @@ constexpr std::array<ShardMode, 2> kModes = {ShardMode::replicated, ShardMode::s
 // What one pass over the suite found, complete on rank 0.
 struct Outcome {
   std::vector<ScenarioResult> scenarios;  // replicated, sharded for each scenario
-  PropertyRun rank_consistency, sharded_agreement;
+  PropertyRun rank_consistency, sharded_agreement, random;
 };
 
 std::vector<ScenarioSpec> selected(const DataParallelOptions& options) {
@@ -74,10 +76,54 @@ void check_agreement(const std::string& scenario, const Runs& replicated, const 
   }
 }
 
+// RandomDataParallel: one generated case, replicated on every rank. Each
+// rank runs its part; rank 0 judges and its outcome is every rank's, so
+// that RapidCheck takes the same path (shrinking included) on all of them.
+Evidence random_case(const ScenarioSpec& base, PropertyContext& ctx, Communicator& comm) {
+  const Scenario scenario = materialize(data_parallel_spec(base, comm.size(), ShardMode::replicated));
+  const Runs runs = execute_data_parallel(scenario, *ctx.backend, comm, ctx.loop, ctx.model);
+  const std::string difference = rank_difference(runs.k_acc, comm);
+  Evidence e;
+  int outcome = 0;  // bit 0: holds, bit 1: discard
+  if (comm.rank() == 0) {
+    const ScenarioResult r = judge(scenario, runs);
+    for (const Verdict* v : {&r.math, &r.kernel, &r.accumulation})
+      if (v->status == Status::pass) e.worst_ratio = std::max(e.worst_ratio, v->worst_ratio);
+    if (r.vacuous || r.inconclusive()) {
+      e.discard = true;
+      e.discard_reason = r.vacuous ? "vacuous" : "ill-conditioned";
+    } else if (!r.passed() || !difference.empty()) {
+      e.holds = false;
+      e.message = !r.passed() ? r.first_failure() : difference;
+    }
+    outcome = (e.holds ? 1 : 0) | (e.discard ? 2 : 0);
+  }
+  outcome = comm.broadcast(outcome);
+  e.holds = (outcome & 1) != 0;
+  e.discard = (outcome & 2) != 0;
+  if (e.discard && e.discard_reason.empty()) e.discard_reason = "vacuous";  // its kind is rank 0's to count
+  return e;
+}
+
+PropertyRun run_random_cases(const DataParallelOptions& options, Backend& backend, Communicator& comm,
+                             const LoopFactory& loop) {
+  const Property property{"RandomDataParallel",
+                          "random mixed-precision cases replicated on the ranks: all three verdicts, ranks bitwise "
+                          "consistent",
+                          data_parallel_scenario(),
+                          [&comm](const ScenarioSpec& s, PropertyContext& ctx) { return random_case(s, ctx, comm); },
+                          true, 0.0};
+  PropertyContext ctx{&backend, loop, options.model};
+  PropertyRunConfig config;
+  config.cases = options.cases;
+  config.seed = name_seed(options.seed, property.name);
+  return run_property(property, ctx, config);
+}
+
 Outcome run_checks(const DataParallelOptions& options, Backend& backend, Communicator& comm,
                    const std::function<LoopFactory(ShardMode)>& loop_for, const ProgressSink& progress,
                    const std::string& label) {
-  const std::vector<ScenarioSpec> suite = selected(options);
+  const std::vector<ScenarioSpec> suite = options.run_scenarios ? selected(options) : std::vector<ScenarioSpec>{};
   const int ranks = comm.size();
   require_data_parallel_suite(options, ranks);  // before anything runs, on every rank alike
   Outcome out{{}, named_check("RankConsistency"), named_check("ShardedAgreement")};
@@ -104,6 +150,17 @@ Outcome run_checks(const DataParallelOptions& options, Backend& backend, Communi
     ++out.sharded_agreement.cases;
     check_agreement(base.name, runs[0], runs[1], out.sharded_agreement);
   }
+  if (options.cases > 0) {
+    if (progress && comm.rank() == 0)
+      progress("[" + std::to_string(done) + "/" + std::to_string(2 * suite.size()) + "] " + label +
+               "RandomDataParallel, " + std::to_string(options.cases) + " cases on " + std::to_string(ranks) +
+               " ranks");
+    out.random = run_random_cases(options, backend, comm, loop_for(ShardMode::replicated));
+  } else {
+    out.random = named_check("RandomDataParallel");
+    out.random.ran = false;
+    out.random.message = "not run: 0 cases";
+  }
   return out;
 }
 
@@ -112,6 +169,7 @@ Outcome run_checks(const DataParallelOptions& options, Backend& backend, Communi
 PropertyRun check_outcome(const Outcome& o, const std::string& name) {
   if (name == "RankConsistency") return o.rank_consistency;
   if (name == "ShardedAgreement") return o.sharded_agreement;
+  if (name == "RandomDataParallel") return o.random;
   PropertyRun run = named_check(name);
   const std::string suffix = name == "DataParallelEquivalence" ? "/replicated" : "/sharded";
   for (const ScenarioResult& s : o.scenarios) {
@@ -141,7 +199,7 @@ void require_data_parallel_suite(const DataParallelOptions& options, int ranks) 
 
 const std::vector<std::string>& data_parallel_check_names() {
   static const std::vector<std::string> names = {"DataParallelEquivalence", "ShardedEquivalence", "RankConsistency",
-                                                 "ShardedAgreement"};
+                                                 "ShardedAgreement", "RandomDataParallel"};
   return names;
 }
 
@@ -153,13 +211,15 @@ CheckReport run_data_parallel_gate(const DataParallelOptions& options, Backend& 
   report.version = GRADEQ_VERSION;
   report.started_at = utc_now();
   report.seed = options.seed;
-  report.cases = 0;
+  report.cases = options.cases;
   report.model = options.model;
   report.program = options.program;
+  report.ranks = comm.size();
   Outcome o = run_checks(options, backend, comm, [&](ShardMode m) { return data_parallel_loop(comm, m); }, progress, "");
   if (comm.rank() == 0) {
     report.scenarios = std::move(o.scenarios);
-    report.properties = {o.rank_consistency, o.sharded_agreement};
+    if (options.run_scenarios) report.properties = {o.rank_consistency, o.sharded_agreement};
+    if (o.random.ran) report.properties.push_back(o.random);
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
@@ -176,6 +236,7 @@ SelfTestReport run_data_parallel_selftest(const DataParallelOptions& options, Ba
   report.seed = options.seed;
   report.suite = "data_parallel";
   report.ranks = comm.size();
+  report.cases = options.cases;
   const auto correct = [&](ShardMode m) { return data_parallel_loop(comm, m); };
   const Outcome baseline = run_checks(options, backend, comm, correct, progress, "correct code: ");
   for (const std::string& name : data_parallel_check_names()) report.correct.push_back(check_outcome(baseline, name));
@@ -192,7 +253,7 @@ SelfTestReport run_data_parallel_selftest(const DataParallelOptions& options, Ba
       cell.mutant = m.id;
       cell.property = name;
       cell.run = check_outcome(o, name);
-      cell.caught = !cell.run.passed;
+      cell.caught = cell.run.ran && !cell.run.passed;
       report.cells.push_back(cell);
       if (cell.caught) summary.caught_by.push_back(name);
     }

@@ -5,7 +5,8 @@
 // Each scenario of the suite runs twice on the W ranks, replicated and
 // sharded (harness/data_parallel.h), and is judged by the verdicts of
 // harness/equivalence.h against the single-process full batch of the same
-// global window. Four named checks:
+// global window; then a property runs the same verdicts replicated on
+// random cases. Five named checks:
 //   DataParallelEquivalence  every replicated run's verdicts pass
 //   ShardedEquivalence       every sharded run's verdicts pass
 //   RankConsistency          after every window, every rank holds bitwise
@@ -13,6 +14,12 @@
 //   ShardedAgreement         in the first window (both from the initial
 //                            state) sharded and replicated agree within the
 //                            sum of their bounds
+//   RandomDataParallel       a RapidCheck property: random mixed-precision
+//                            cases (data_parallel_scenario()) replicated on
+//                            the W ranks pass all three verdicts and stay
+//                            bitwise consistent across ranks; every rank
+//                            generates and shrinks the same cases, and rank
+//                            0's outcome decides each
 // Rank 0 computes the references, judges and reports; the other ranks run
 // their part of each window and receive the outcome.
 #pragma once
@@ -32,6 +39,8 @@ struct DataParallelOptions {
   std::uint64_t seed = 1;
   std::vector<ScenarioSpec> suite;     // each split one rank's (data_parallel_spec); empty: the embedded suite
   std::vector<std::string> scenarios;  // empty: the whole suite
+  int cases = 100;                     // of the RandomDataParallel property (0: not run)
+  bool run_scenarios = true;           // false: the property only (`--property RandomDataParallel`)
   ErrorModel model;
   std::string program = "gradeq";
 };
@@ -45,7 +54,7 @@ void require_data_parallel_suite(const DataParallelOptions& options, int ranks);
 
 // Collective. On rank 0 the full report: the scenarios (named
 // "<scenario>/replicated" and "<scenario>/sharded") and the properties
-// RankConsistency and ShardedAgreement (DataParallelEquivalence and
+// RankConsistency, ShardedAgreement and RandomDataParallel (DataParallelEquivalence and
 // ShardedEquivalence are the scenarios' own verdicts). On the other ranks a
 // report without results: the caller takes rank 0's outcome
 // (Communicator::broadcast). Throws
@@ -55,7 +64,7 @@ CheckReport run_data_parallel_gate(const DataParallelOptions& options, Backend& 
                                    const ProgressSink& progress = {});
 
 // Collective. Correct code, then each mutant of data_parallel_mutants() in
-// its mode (the other mode runs correct code), against the four checks.
+// its mode (the other mode runs correct code), against the five checks.
 // Needs at least 2 ranks (std::invalid_argument otherwise). The report is
 // complete on rank 0 only, as for the gate.
 SelfTestReport run_data_parallel_selftest(const DataParallelOptions& options, Backend& backend, Communicator& comm,

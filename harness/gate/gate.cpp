@@ -64,8 +64,11 @@ void require_fits(const ScenarioSpec& spec, double max_memory_bytes) {
 
 std::string replay_command(const CheckReport& report, const PropertyRun& run) {
   if (run.reproduce.empty()) return "";
-  std::string command = "RC_PARAMS=\"" + run.reproduce + "\" " + report.program + " check --backend " + report.backend +
-                        " --property " + run.name;
+  // A data-parallel property replays on as many ranks, each given RC_PARAMS.
+  const std::string launch =
+      report.ranks > 1 ? "mpirun -np " + std::to_string(report.ranks) + " -x RC_PARAMS " : std::string();
+  std::string command = "RC_PARAMS=\"" + run.reproduce + "\" " + launch + report.program + " check --backend " +
+                        report.backend + (report.ranks > 0 ? " --suite data_parallel" : "") + " --property " + run.name;
   if (report.size != SizeTier::small) command += std::string(" --size ") + size_tier_name(report.size);
   if (report.model.reduction == ref::ReductionBound::deterministic) command += " --error-model deterministic";
   return command;

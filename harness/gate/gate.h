@@ -57,6 +57,7 @@ struct CheckReport {
   std::optional<PrecisionSweep> precision_sweep;
   double seconds = 0.0;
   std::string program = "gradeq";
+  int ranks = 0;  // a data-parallel run's ranks (its replay goes through mpirun); 0: not data-parallel
 
   // Every check that ran passed (checks that did not run are neither).
   bool passed() const;
