@@ -3,7 +3,6 @@
 
 #include <array>
 #include <chrono>
-#include <ctime>
 #include <functional>
 #include <stdexcept>
 
@@ -126,7 +125,7 @@ Outcome run_checks(const DataParallelOptions& options, Backend& backend, Communi
   const std::vector<ScenarioSpec> suite = options.run_scenarios ? selected(options) : std::vector<ScenarioSpec>{};
   const int ranks = comm.size();
   require_data_parallel_suite(options, ranks);  // before anything runs, on every rank alike
-  Outcome out{{}, named_check("RankConsistency"), named_check("ShardedAgreement")};
+  Outcome out{{}, named_check("RankConsistency"), named_check("ShardedAgreement"), {}};
   std::size_t done = 0;
   for (const ScenarioSpec& base : suite) {
     std::array<Runs, 2> runs;
@@ -183,13 +182,6 @@ PropertyRun check_outcome(const Outcome& o, const std::string& name) {
   return run;
 }
 
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
 }  // namespace
 
 void require_data_parallel_suite(const DataParallelOptions& options, int ranks) {
@@ -206,14 +198,7 @@ const std::vector<std::string>& data_parallel_check_names() {
 CheckReport run_data_parallel_gate(const DataParallelOptions& options, Backend& backend, Communicator& comm,
                                    const ProgressSink& progress) {
   const auto start = std::chrono::steady_clock::now();
-  CheckReport report;
-  report.backend = backend.name();
-  report.version = GRADEQ_VERSION;
-  report.started_at = utc_now();
-  report.seed = options.seed;
-  report.cases = options.cases;
-  report.model = options.model;
-  report.program = options.program;
+  CheckReport report = begin_report(backend.name(), options.seed, options.cases, options.model, options.program);
   report.ranks = comm.size();
   Outcome o = run_checks(options, backend, comm, [&](ShardMode m) { return data_parallel_loop(comm, m); }, progress, "");
   if (comm.rank() == 0) {

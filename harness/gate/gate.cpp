@@ -82,18 +82,24 @@ std::vector<std::string> selected_scenarios(const GateOptions& options) {
   return names;
 }
 
+CheckReport begin_report(const std::string& backend, std::uint64_t seed, int cases, const ErrorModel& model,
+                         const std::string& program) {
+  CheckReport report;
+  report.backend = backend;
+  report.version = GRADEQ_VERSION;
+  report.started_at = utc_now();
+  report.seed = seed;
+  report.cases = cases;
+  report.model = model;
+  report.program = program;
+  return report;
+}
+
 CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFactory& loop,
                      const ProgressSink& progress) {
   const auto start = std::chrono::steady_clock::now();
-  CheckReport report;
-  report.backend = backend.name();
-  report.version = GRADEQ_VERSION;
-  report.started_at = utc_now();
-  report.seed = options.seed;
-  report.cases = options.cases;
-  report.model = options.model;
+  CheckReport report = begin_report(backend.name(), options.seed, options.cases, options.model, options.program);
   report.size = options.size;
-  report.program = options.program;
   set_size_tier(options.size);
 
   std::vector<ScenarioSpec> scenarios;
@@ -189,12 +195,7 @@ CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFac
 CheckReport run_verify(const std::filesystem::path& dir, const ErrorModel& model, const ProgressSink& progress,
                        double max_memory_bytes) {
   const auto start = std::chrono::steady_clock::now();
-  CheckReport report;
-  report.backend = "external";
-  report.version = GRADEQ_VERSION;
-  report.started_at = utc_now();
-  report.model = model;
-  report.cases = 0;
+  CheckReport report = begin_report("external", 0, 0, model, "gradeq");
   const WindowSet set = read_window_set(dir);
   require_fits(set.scenario.spec, max_memory_bytes);
   if (progress) progress("verify " + set.scenario.spec.name + ": the reference over " +

@@ -65,6 +65,12 @@ struct CheckReport {
   long not_run() const;
 };
 
+// A report's header: backend, version, start time (UTC), seed, cases,
+// error model and the program that replays it; results are added by the
+// caller (the gate, verify, the data-parallel gate).
+CheckReport begin_report(const std::string& backend, std::uint64_t seed, int cases, const ErrorModel& model,
+                         const std::string& program);
+
 // The command line that replays a failing property on the same backend,
 // shapes and error model: RC_PARAMS="reproduce=..." <program> check
 // --backend B --property P [...]. Empty where there is nothing to replay.
