@@ -35,7 +35,7 @@ class SyncEveryMicroBatch final : public DataParallelLoop {
  protected:
   void allocated() override {
     one_.assign(grads_.size(), Tensor{});
-    for (std::size_t p = 0; p < grads_.size(); ++p) own(one_[p], grads_[p].rows, grads_[p].cols, DType::f32);
+    for (std::size_t p = 0; p < grads_.size(); ++p) own(one_[p], grads_[p].rows, grads_[p].cols, DType::f32, MemoryCategory::gradients);
   }
   double micro_batch(const ref::Batch& mb, float scale) override {
     backend_.zero(one_);

@@ -94,7 +94,7 @@ ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::
       "normalization", "compute_dtype", "accumulate_dtype", "optimizer", "momentum", "dampening", "nesterov",
       "weight_decay", "betas", "eps", "clip_max_norm", "warmup_steps", "total_steps", "loss_scale",
       "dynamic_loss_scale", "growth_interval", "compensated", "norm_eps", "batchnorm_momentum", "tf32",
-      "reduced_precision_reduction"};
+      "reduced_precision_reduction", "checkpoint_every"};
   for (const auto& [key, value] : t)
     if (!known.count(std::string(key.str()))) fail(where, "unknown key '" + std::string(key.str()) + "'");
   for (const char* required : {"name", "input_features", "layers", "split"})
@@ -183,6 +183,7 @@ ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::
   if (const toml::node* n = t.get("growth_interval"))
     s.procedure.loss_scaling.growth_interval = positive_integer(*n, where, "growth_interval");
   flag("compensated", s.procedure.compensated);
+  if (const toml::node* n = t.get("checkpoint_every")) s.checkpoint_every = positive_integer(*n, where, "checkpoint_every");
   // A key that does not apply to what the scenario is would be ignored:
   // refused instead, saying why.
   const auto not_for = [&](const char* key, bool applies, const std::string& why) {
@@ -292,6 +293,7 @@ nlohmann::json scenario_to_json(const ScenarioSpec& s) {
     j["eps"] = o.eps;
   }
   if (p.clip.enabled) j["clip_max_norm"] = p.clip.max_norm;
+  if (s.checkpoint_every > 0) j["checkpoint_every"] = s.checkpoint_every;
   if (p.schedule.warmup_cosine) {
     j["warmup_steps"] = p.schedule.warmup_steps;
     j["total_steps"] = p.schedule.total_steps;

@@ -71,14 +71,15 @@ void require_data_parallel(const ScenarioSpec& spec, int ranks, ShardMode mode) 
 void DataParallelLoop::allocated() {
   if (mode_ != ShardMode::sharded) return;
   const std::size_t n = params_.size();
-  for (auto* list : {&grad_shards_, &param_shards_, &first_moment_shards_, &second_moment_shards_})
-    list->assign(n, Tensor{});
+  for (auto* list : {&grad_shards_, &param_shards_}) list->assign(n, Tensor{});
+  first_moment_shards_.assign(first_moment_.size(), Tensor{});
+  second_moment_shards_.assign(second_moment_.size(), Tensor{});
   for (std::size_t p = 0; p < n; ++p) {
     const long shard = shard_size(params_[p], comm_.size());
-    own(grad_shards_[p], 1, shard, grads_[p].dtype);
-    own(param_shards_[p], 1, shard, DType::f32);
-    own(first_moment_shards_[p], 1, shard, DType::f32);
-    own(second_moment_shards_[p], 1, shard, DType::f32);
+    own(grad_shards_[p], 1, shard, grads_[p].dtype, MemoryCategory::gradients);
+    own(param_shards_[p], 1, shard, DType::f32, MemoryCategory::parameters);
+    if (!first_moment_shards_.empty()) own(first_moment_shards_[p], 1, shard, DType::f32, MemoryCategory::optimizer_state);
+    if (!second_moment_shards_.empty()) own(second_moment_shards_[p], 1, shard, DType::f32, MemoryCategory::optimizer_state);
     backend_.upload(param_shards_[p], shard_of(host_values(backend_, params_[p]), comm_.rank(), shard));
   }
   backend_.zero(first_moment_shards_);
@@ -180,8 +181,8 @@ void DataParallelLoop::gather_for_record() {
   for (std::size_t p = 0; p < params_.size(); ++p) {
     comm_.all_gather(backend_, param_shards_[p], params_[p]);
     comm_.all_gather(backend_, grad_shards_[p], grads_[p]);
-    comm_.all_gather(backend_, first_moment_shards_[p], first_moment_[p]);
-    comm_.all_gather(backend_, second_moment_shards_[p], second_moment_[p]);
+    if (!first_moment_.empty()) comm_.all_gather(backend_, first_moment_shards_[p], first_moment_[p]);
+    if (!second_moment_.empty()) comm_.all_gather(backend_, second_moment_shards_[p], second_moment_[p]);
   }
 }
 

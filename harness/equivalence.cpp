@@ -1,7 +1,9 @@
 // equivalence.cpp — executing the four runs and judging the three verdicts.
 #include "harness/equivalence.h"
 
+#include <algorithm>
 #include <chrono>
+#include <numeric>
 #include <stdexcept>
 #include <tuple>
 
@@ -58,7 +60,7 @@ std::string status_name(Status s) {
 bool ScenarioResult::passed() const {
   for (const Verdict* v : {&math, &kernel, &accumulation})
     if (v->status == Status::fail || v->status == Status::inconclusive) return false;
-  return !vacuous;
+  return !vacuous && memory.holds();
 }
 
 bool ScenarioResult::inconclusive() const {
@@ -73,6 +75,11 @@ std::string ScenarioResult::first_failure() const {
   for (const Verdict* v : {&math, &kernel, &accumulation})
     if (v->status == Status::inconclusive) return verdict_name(v->kind) + " inconclusive: " + v->note;
   if (vacuous) return "vacuous: every reference gradient is zero";
+  if (!memory.holds())
+    return "memory: peak " + format_bytes(memory.accumulated.peak) + " accumulated (predicted " +
+           format_bytes(memory.predicted_accumulated()) + "), " + format_bytes(memory.full_batch.peak) +
+           " full batch (predicted " + format_bytes(memory.predicted_full_batch()) + "): off by more than " +
+           std::to_string(static_cast<int>(100 * kMemoryTolerance)) + "%";
   return "";
 }
 
@@ -174,6 +181,14 @@ ScenarioResult judge(const Scenario& scenario, const Runs& runs) {
   conclude(result.kernel, false);
   conclude(result.accumulation, !equivalent);
   result.vacuous = !any_nonzero_gradient;
+  ScenarioMemory& memory = result.memory;
+  memory.accumulated = runs.k_acc.memory;
+  memory.full_batch = runs.k_full.memory;
+  for (const std::vector<long>& window : spec.split) {
+    memory.micro_batch = std::max(memory.micro_batch, *std::max_element(window.begin(), window.end()));
+    memory.window = std::max(memory.window, std::accumulate(window.begin(), window.end(), 0L));
+  }
+  memory.loop = loop_memory(spec, memory.micro_batch);
   return result;
 }
 

@@ -64,6 +64,10 @@ struct ScenarioResult {
   // for the right reason, so the scenario counts as failed.
   bool vacuous = false;
   double seconds = 0.0;
+  // The kernel runs' peak memory; predicted (and judged) where the gate
+  // measured the fit (harness/memory.h). Not a verdict: a scenario whose
+  // peak is off its prediction fails with its own reason.
+  ScenarioMemory memory;
 
   // Passed: no verdict failed or was inconclusive, and not vacuous.
   bool passed() const;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 namespace gradeq {
 namespace {
@@ -205,6 +206,46 @@ class WeightDecayPerMicroBatch : public TrainingLoop {
   }
 };
 
+// B24 — every micro-batch's activations kept alive: the graph of each
+// micro-batch's loss is held (for logging) until the step, so the peak
+// grows with N (common in training scripts).
+class KeepsEveryGraph : public TrainingLoop {
+ public:
+  using TrainingLoop::TrainingLoop;
+  ~KeepsEveryGraph() override {
+    for (auto& t : held_)
+      if (t->data) disown(*t);  // released already when a run ended early
+  }
+  double micro_batch(const ref::Batch& mb, float scale) override {
+    const double loss = TrainingLoop::micro_batch(mb, scale);
+    for (std::size_t l = 0; l < widths_.size(); ++l) {
+      const Tensor a = activation(l, mb.rows());
+      held_.push_back(std::make_unique<Tensor>());  // own() keeps its address
+      own(*held_.back(), a.rows, a.cols, a.dtype, MemoryCategory::activations);
+      backend_.convert(a, *held_.back());
+    }
+    return loss;
+  }
+  void finish_window() override {
+    for (auto& t : held_) disown(*t);
+    held_.clear();
+    TrainingLoop::finish_window();
+  }
+
+ private:
+  std::vector<std::unique_ptr<Tensor>> held_;
+};
+
+// B25 — checkpointing's recomputed forward updates BatchNorm's running
+// statistics again: the momentum update is applied twice per micro-batch
+// (PyTorch checkpoint + BatchNorm, a documented caveat of
+// torch.utils.checkpoint).
+class RecomputeUpdatesRunningStatistics : public TrainingLoop {
+ public:
+  using TrainingLoop::TrainingLoop;
+  void forward_layer(std::size_t l, long rows, bool) override { TrainingLoop::forward_layer(l, rows, true); }
+};
+
 }  // namespace
 
 const std::vector<LoopMutant>& loop_mutants() {
@@ -251,6 +292,12 @@ const std::vector<LoopMutant>& loop_mutants() {
       {{"B18", "weight decay applied per micro-batch (N times per window)",
         "inferred from B11's mechanism"},
        loop_of<WeightDecayPerMicroBatch>()},
+      {{"B24", "every micro-batch's activations kept alive until the step: the peak grows with N",
+        "common in training scripts; no single source"},
+       loop_of<KeepsEveryGraph>()},
+      {{"B25", "checkpoint recompute updates BatchNorm running statistics a second time",
+        "PyTorch checkpoint + BatchNorm (documented caveat of torch.utils.checkpoint)"},
+       loop_of<RecomputeUpdatesRunningStatistics>()},
   };
   return all;
 }

@@ -1,5 +1,5 @@
 // loop_mutants.h — the catalogued bugs that live in the training loop
-// (docs/BUGS.md: B1, B3-B6, B8-B11, B13-B15, B17, B18): each is a
+// (docs/BUGS.md: B1, B3-B6, B8-B11, B13-B15, B17, B18, B24, B25): each is a
 // subclass of TrainingLoop that overrides one step. The kernel bugs are in
 // kernels/mutants; harness/mutants.h lists both. A mutant must never be
 // used for anything but the self-test.

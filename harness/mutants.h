@@ -21,7 +21,7 @@ struct Mutant : BugInfo {
   LoopFactory loop;             // the training loop (nullptr: the correct one)
 };
 
-// The single-process mutants (B1, B3-B11, B13-B18), for any backend.
+// The single-process mutants (B1, B3-B11, B13-B18, B24, B25), for any backend.
 const std::vector<Mutant>& mutants();
 // Those, plus B19 (unsynchronized concurrent accumulate): the real racy
 // kernel on the CUDA backend, the race's lost-update outcome modelled on

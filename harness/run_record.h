@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/memory.h"
 #include "reference/model.h"
 
 namespace gradeq {
@@ -65,6 +66,9 @@ struct KernelWindow {
 
 struct KernelRun {
   std::vector<KernelWindow> windows;
+  // What the run held on the backend at its peak (harness/memory.h); all
+  // zero for a run not executed here (tensors imported from elsewhere).
+  MemoryUsage memory;
 };
 
 struct ReferenceTensor {

@@ -149,8 +149,9 @@ std::string describe_scenario(const ScenarioSpec& s) {
      << "; split: " << describe_split(s.split) << "; " << describe_procedure(s.procedure)
      << "; compute: " << dtype_name(s.precision.compute) << (s.precision.tf32 ? " (TF32 GEMMs)" : "")
      << (s.precision.reduced_precision_reduction ? " (reduced-precision reductions)" : "")
-     << ", accumulate: " << dtype_name(s.precision.accumulate)
-     << "; seed: " << s.seed;
+     << ", accumulate: " << dtype_name(s.precision.accumulate);
+  if (s.checkpoint_every > 0) os << "; activation checkpointing every " << s.checkpoint_every << " layer(s)";
+  os << "; seed: " << s.seed;
   return os.str();
 }
 
@@ -279,6 +280,9 @@ void validate(const ScenarioSpec& s) {
   if (ref::parameter_layout(s.model).empty())
     refuse("layers: the model has no parameters (no linear or normalizer layer): there is no gradient to accumulate");
   if (s.split.empty()) refuse("split: at least one window is needed");
+  if (s.checkpoint_every < 0 || s.checkpoint_every > static_cast<long>(s.model.layers.size()))
+    refuse("checkpoint_every: blocks of 1 to " + std::to_string(s.model.layers.size()) +
+           " layers (the model's), got " + std::to_string(s.checkpoint_every));
   long window_rows_max = 0;
   for (std::size_t w = 0; w < s.split.size(); ++w) {
     if (s.split[w].empty()) refuse("split: window " + std::to_string(w) + " has no micro-batches");

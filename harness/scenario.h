@@ -59,6 +59,11 @@ struct ScenarioSpec {
   ref::ProcedureConfig procedure;
   PrecisionSpec precision;
   std::uint64_t seed = 1;
+  // Activation checkpointing in the training loop: the layers form blocks
+  // of this many; only each block's input is kept, and the backward
+  // recomputes the block's forward (harness/training_loop.h). 0: off. The
+  // arithmetic is the same, so the reference ignores it.
+  long checkpoint_every = 0;
 };
 
 // Domains (docs: README "A config file"): what validate() accepts.

@@ -14,13 +14,13 @@ namespace {
 
 constexpr float kPoison = std::numeric_limits<float>::quiet_NaN();
 
-Tensor first_rows(const Tensor& t, long rows) { return Tensor{t.data, rows, t.cols, t.dtype}; }
-
 std::vector<float> to_float(const ref::Matrix<double>& m) {
   std::vector<float> v(static_cast<std::size_t>(m.size()));
   for (long i = 0; i < m.size(); ++i) v[i] = static_cast<float>(m.data()[i]);
   return v;
 }
+
+}  // namespace
 
 NormConfig norm_config(const ref::ModelSpec& spec, const ref::LayerSpec& layer) {
   NormConfig c;
@@ -38,7 +38,36 @@ NormConfig norm_config(const ref::ModelSpec& spec, const ref::LayerSpec& layer) 
   return c;
 }
 
-}  // namespace
+OptimizerStateUse optimizer_state_use(const ref::OptimizerSpec& o) {
+  return {o.kind != ref::OptimizerKind::sgd || o.momentum != 0.0, o.kind != ref::OptimizerKind::sgd};
+}
+
+ActivationLayout activation_layout(const ref::ModelSpec& spec, long checkpoint_every) {
+  const std::size_t L = spec.layers.size();
+  const std::vector<long> widths = ref::layer_widths(spec);
+  ActivationLayout out;
+  out.slot_of.assign(L + 1, 0);
+  if (checkpoint_every <= 0) {
+    out.slot_widths = widths;
+    for (std::size_t l = 0; l <= L; ++l) out.slot_of[l] = l;
+    return out;
+  }
+  const auto k = static_cast<std::size_t>(checkpoint_every);
+  std::vector<long> shared(k - 1, 0);  // the block-interior slots' widths
+  for (std::size_t l = 0; l <= L; ++l)
+    if (l % k != 0 && l != L) shared[l % k - 1] = std::max(shared[l % k - 1], widths[l]);
+  for (long w : shared)
+    if (w > 0) out.slot_widths.push_back(w);
+  for (std::size_t l = 0; l <= L; ++l) {
+    if (l % k != 0 && l != L) {
+      out.slot_of[l] = l % k - 1;  // interior slots come first; all used ones are a prefix
+    } else {
+      out.slot_of[l] = out.slot_widths.size();
+      out.slot_widths.push_back(widths[l]);
+    }
+  }
+  return out;
+}
 
 OptimizerStep make_optimizer_step(const ref::OptimizerSpec& o, double lr, long step) {
   OptimizerStep s;
@@ -70,67 +99,106 @@ LoopFactory correct_loop() {
 TrainingLoop::~TrainingLoop() { release_all(); }
 
 void TrainingLoop::release_all() {
-  for (Tensor* t : owned_)
-    if (t->data) backend_.release(*t);
+  for (const Owned& o : owned_)
+    if (o.tensor->data) backend_.release(*o.tensor);
   owned_.clear();
+  live_ = {};
 }
 
 void TrainingLoop::allocate(const Scenario& s, long max_rows) {
   release_all();
   const ref::ModelSpec& m = s.spec.model;
   const std::vector<ref::ParameterInfo>& layout = s.schema.parameters;
-  const std::vector<long> widths = ref::layer_widths(m);
+  widths_ = ref::layer_widths(m);
+  first_parameter_ = ref::first_parameter(m);
+  first_buffer_ = ref::first_buffer(m);
+  const std::vector<long>& widths = widths_;
   const DType compute = s.spec.precision.compute, accumulate = s.spec.precision.accumulate;
   const bool compensated = s.spec.procedure.compensated;
+  const OptimizerStateUse state = optimizer_state_use(s.spec.procedure.optimizer);
   const std::size_t n = layout.size();
-  for (auto* list : {&params_, &compute_params_, &grads_, &staging_, &compensation_, &first_moment_, &second_moment_})
-    list->assign(compensated || (list != &staging_ && list != &compensation_) ? n : 0, Tensor{});
-  activations_.assign(widths.size(), {});
-  activation_grads_.assign(widths.size(), {});
+  for (auto* list : {&params_, &compute_params_, &grads_}) list->assign(n, Tensor{});
+  for (auto* list : {&staging_, &compensation_}) list->assign(compensated ? n : 0, Tensor{});
+  first_moment_.assign(state.first ? n : 0, Tensor{});
+  second_moment_.assign(state.second ? n : 0, Tensor{});
   saved_mean_.assign(m.layers.size(), {});
   saved_rstd_.assign(m.layers.size(), {});
   const std::vector<ref::ParameterInfo>& buffer_layout = s.schema.buffers;
   buffers_.assign(buffer_layout.size(), {});
   for (std::size_t p = 0; p < n; ++p) {
     const long rows = layout[p].rows, cols = layout[p].cols;
-    own(params_[p], rows, cols, DType::f32);
-    own(grads_[p], rows, cols, accumulate);
-    own(first_moment_[p], rows, cols, DType::f32);
-    own(second_moment_[p], rows, cols, DType::f32);
+    own(params_[p], rows, cols, DType::f32, MemoryCategory::parameters);
+    own(grads_[p], rows, cols, accumulate, MemoryCategory::gradients);
+    if (state.first) own(first_moment_[p], rows, cols, DType::f32, MemoryCategory::optimizer_state);
+    if (state.second) own(second_moment_[p], rows, cols, DType::f32, MemoryCategory::optimizer_state);
     if (compensated) {
-      own(staging_[p], rows, cols, DType::f32);
-      own(compensation_[p], rows, cols, accumulate);
+      own(staging_[p], rows, cols, DType::f32, MemoryCategory::gradients);
+      own(compensation_[p], rows, cols, accumulate, MemoryCategory::gradients);
     }
     if (compute == DType::f32) {
       compute_params_[p] = params_[p];
     } else {
-      own(compute_params_[p], rows, cols, compute);
+      own(compute_params_[p], rows, cols, compute, MemoryCategory::parameters);
     }
     backend_.upload(params_[p], to_float(s.initial_params[p]));
   }
   backend_.zero(first_moment_);
   backend_.zero(second_moment_);
-  for (std::size_t l = 0; l < widths.size(); ++l) {
-    own(activations_[l], max_rows, widths[l], compute);
-    own(activation_grads_[l], max_rows, widths[l], compute);
-  }
+  layout_ = activation_layout(m, s.spec.checkpoint_every);
+  activations_.assign(layout_.slot_widths.size(), {});
+  for (std::size_t i = 0; i < activations_.size(); ++i)
+    own(activations_[i], max_rows, layout_.slot_widths[i], compute, MemoryCategory::activations);
+  activation_grads_.assign(2, {});
+  for (Tensor& g : activation_grads_)
+    own(g, max_rows, *std::max_element(widths.begin(), widths.end()), compute, MemoryCategory::activations);
   for (std::size_t l = 0; l < m.layers.size(); ++l) {
     if (!ref::is_norm(m.layers[l].kind)) continue;
     const long groups = norm_geometry(norm_config(m, m.layers[l]), max_rows, widths[l]).group_count();
-    own(saved_mean_[l], 1, groups, DType::f32);
-    own(saved_rstd_[l], 1, groups, DType::f32);
+    own(saved_mean_[l], 1, groups, DType::f32, MemoryCategory::activations);
+    own(saved_rstd_[l], 1, groups, DType::f32, MemoryCategory::activations);
   }
   for (std::size_t b = 0; b < buffer_layout.size(); ++b) {
-    own(buffers_[b], buffer_layout[b].rows, buffer_layout[b].cols, DType::f32);
+    own(buffers_[b], buffer_layout[b].rows, buffer_layout[b].cols, DType::f32, MemoryCategory::parameters);
     backend_.fill(buffers_[b], static_cast<float>(ref::initial_buffer_value(buffer_layout[b])));
   }
-  own(targets_, max_rows, m.loss == ref::LossKind::mse ? widths.back() : 1, DType::f32);
+  own(targets_, max_rows, m.loss == ref::LossKind::mse ? widths.back() : 1, DType::f32, MemoryCategory::activations);
   allocated();
 }
 
-void TrainingLoop::own(Tensor& t, long rows, long cols, DType dtype) {
+void TrainingLoop::own(Tensor& t, long rows, long cols, DType dtype, MemoryCategory category) {
+  const std::size_t before = backend_.live_bytes();
   t = backend_.allocate(rows, cols, dtype);
-  owned_.push_back(&t);
+  const std::size_t bytes = backend_.live_bytes() - before;
+  owned_.push_back({&t, category, bytes});
+  live_[static_cast<std::size_t>(category)] += static_cast<double>(bytes);
+  const auto sum = [](const auto& a) { return std::accumulate(a.begin(), a.end(), 0.0); };
+  if (sum(live_) > sum(at_peak_)) at_peak_ = live_;
+}
+
+void TrainingLoop::disown(Tensor& t) {
+  const auto it = std::find_if(owned_.begin(), owned_.end(), [&](const Owned& o) { return o.tensor == &t; });
+  if (it == owned_.end()) throw std::logic_error("disown: not a tensor of this loop");
+  live_[static_cast<std::size_t>(it->category)] -= static_cast<double>(it->bytes);
+  backend_.release(t);
+  owned_.erase(it);
+}
+
+MemoryUsage TrainingLoop::measured_memory() const {
+  MemoryUsage m;
+  m.bytes = at_peak_;
+  m.peak = static_cast<double>(backend_.peak_bytes() - base_bytes_);
+  m[MemoryCategory::scratch] = std::max(0.0, m.peak - m.total());
+  return m;
+}
+
+Tensor TrainingLoop::activation(std::size_t l, long rows) const {
+  const Tensor& slot = activations_[layout_.slot_of[l]];
+  return Tensor{slot.data, rows, widths_[l], slot.dtype};
+}
+
+Tensor TrainingLoop::activation_gradient(std::size_t l, long rows) const {
+  const Tensor& buffer = activation_grads_[l % 2];
+  return Tensor{buffer.data, rows, widths_[l], buffer.dtype};
 }
 
 KernelRun TrainingLoop::run(const Scenario& scenario, const Split& split) {
@@ -141,6 +209,10 @@ KernelRun TrainingLoop::run(const Scenario& scenario, const Split& split) {
   long max_rows = 0;
   for (const auto& w : split)
     max_rows = std::max(max_rows, *std::max_element(w.begin(), w.end()) * scenario.spec.model.positions);
+  release_all();
+  backend_.reset_peak_bytes();
+  base_bytes_ = backend_.live_bytes();
+  at_peak_ = {};
   allocate(scenario, max_rows);
   step_ = 0;
   loss_scale_ = procedure().loss_scaling.scale;
@@ -156,6 +228,7 @@ KernelRun TrainingLoop::run(const Scenario& scenario, const Split& split) {
     run_window(scenario.windows[w], split[w]);
     out.windows.push_back(record_window());
   }
+  out.memory = measured_memory();
   release_all();
   scenario_ = nullptr;
   return out;
@@ -291,76 +364,88 @@ void TrainingLoop::optimizer_step() {
   ++step_;
 }
 
-double TrainingLoop::forward_loss_backward(const ref::Batch& mb, float scale, const std::vector<Tensor>& grad_targets) {
+void TrainingLoop::forward_layer(std::size_t l, long rows, bool update_running_statistics) {
   const ref::ModelSpec& m = scenario_->spec.model;
-  const std::vector<long> first = ref::first_parameter(m), first_buffer = ref::first_buffer(m);
-  const long rows = mb.rows();
-  auto act = [&](std::size_t l) { return first_rows(activations_[l], rows); };
-  auto dact = [&](std::size_t l) { return first_rows(activation_grads_[l], rows); };
-  auto norm_stats = [&](std::size_t l, const NormConfig& c) {
-    const long groups = norm_geometry(c, rows, activations_[l].cols).group_count();
-    return std::make_pair(Tensor{saved_mean_[l].data, 1, groups, DType::f32},
-                          Tensor{saved_rstd_[l].data, 1, groups, DType::f32});
-  };
-
-  backend_.upload(act(0), to_float(mb.inputs));
-  for (std::size_t l = 0; l < m.layers.size(); ++l) {
-    const Tensor x = act(l), y = act(l + 1);
-    backend_.fill(y, kPoison);  // an output a kernel forgets to write stays NaN
-    const Tensor* p = compute_params_.data() + first[l];
-    switch (m.layers[l].kind) {
-      case ref::LayerKind::linear: backend_.linear_forward(x, p[0], p[1], y); break;
-      case ref::LayerKind::relu: backend_.activation_forward(Activation::relu, x, y); break;
-      case ref::LayerKind::gelu: backend_.activation_forward(Activation::gelu_tanh, x, y); break;
-      case ref::LayerKind::layer_norm:
-      case ref::LayerKind::batch_norm:
-      case ref::LayerKind::group_norm:
-      case ref::LayerKind::rms_norm: {
-        const NormConfig c = norm_config(m, m.layers[l]);
-        auto [mean, rstd] = norm_stats(l, c);
-        const bool batch = c.kind == NormKind::batch;
-        backend_.norm_forward(c, x, p[0], c.kind == NormKind::rms ? Tensor{} : p[1], y, mean, rstd,
-                              batch ? buffers_[first_buffer[l]] : Tensor{},
-                              batch ? buffers_[first_buffer[l] + 1] : Tensor{});
-        break;
-      }
+  const Tensor x = activation(l, rows), y = activation(l + 1, rows);
+  backend_.fill(y, kPoison);  // an output a kernel forgets to write stays NaN
+  const Tensor* p = compute_params_.data() + first_parameter_[l];
+  switch (m.layers[l].kind) {
+    case ref::LayerKind::linear: backend_.linear_forward(x, p[0], p[1], y); break;
+    case ref::LayerKind::relu: backend_.activation_forward(Activation::relu, x, y); break;
+    case ref::LayerKind::gelu: backend_.activation_forward(Activation::gelu_tanh, x, y); break;
+    case ref::LayerKind::layer_norm:
+    case ref::LayerKind::batch_norm:
+    case ref::LayerKind::group_norm:
+    case ref::LayerKind::rms_norm: {
+      const NormConfig c = norm_config(m, m.layers[l]);
+      const long groups = norm_geometry(c, rows, x.cols).group_count();
+      const bool running = c.kind == NormKind::batch && update_running_statistics;
+      const long first_buffer = first_buffer_[l];
+      backend_.norm_forward(c, x, p[0], c.kind == NormKind::rms ? Tensor{} : p[1], y,
+                            Tensor{saved_mean_[l].data, 1, groups, DType::f32},
+                            Tensor{saved_rstd_[l].data, 1, groups, DType::f32},
+                            running ? buffers_[first_buffer] : Tensor{}, running ? buffers_[first_buffer + 1] : Tensor{});
+      break;
     }
   }
+}
 
-  const std::size_t out = m.layers.size();
-  const Tensor targets = first_rows(targets_, rows);
+double TrainingLoop::forward_loss_backward(const ref::Batch& mb, float scale, const std::vector<Tensor>& grad_targets) {
+  const ref::ModelSpec& m = scenario_->spec.model;
+  const std::vector<long>& first = first_parameter_;
+  const long rows = mb.rows();
+  const std::size_t layers = m.layers.size();
+
+  backend_.upload(activation(0, rows), to_float(mb.inputs));
+  for (std::size_t l = 0; l < layers; ++l) forward_layer(l, rows, true);
+
+  const Tensor targets = Tensor{targets_.data, rows, targets_.cols, targets_.dtype};
   if (m.loss == ref::LossKind::mse) {
     backend_.upload(targets, to_float(mb.targets));
   } else {
     std::vector<float> classes(mb.classes.begin(), mb.classes.end());
     backend_.upload(targets, classes);
   }
-  backend_.fill(dact(out), kPoison);
-  const double loss_sum = backend_.loss_forward_backward(
-      m.loss == ref::LossKind::mse ? LossKind::mse : LossKind::cross_entropy, act(out), targets, scale, dact(out));
+  backend_.fill(activation_gradient(layers, rows), kPoison);
+  const double loss_sum =
+      backend_.loss_forward_backward(m.loss == ref::LossKind::mse ? LossKind::mse : LossKind::cross_entropy,
+                                     activation(layers, rows), targets, scale, activation_gradient(layers, rows));
 
-  for (std::size_t l = m.layers.size(); l-- > 0;) {
-    const Tensor x = act(l), dy = dact(l + 1), dx = dact(l);
-    const Tensor* p = compute_params_.data() + first[l];
-    const Tensor* g = grad_targets.data() + first[l];
-    backend_.fill(dx, kPoison);
-    switch (m.layers[l].kind) {
-      case ref::LayerKind::linear:
-        backend_.linear_backward_weight(dy, x, g[0], g[1]);
-        if (l > 0) backend_.linear_backward_data(dy, p[0], dx);
-        break;
-      case ref::LayerKind::relu: backend_.activation_backward(Activation::relu, x, dy, dx); break;
-      case ref::LayerKind::gelu: backend_.activation_backward(Activation::gelu_tanh, x, dy, dx); break;
-      case ref::LayerKind::layer_norm:
-      case ref::LayerKind::batch_norm:
-      case ref::LayerKind::group_norm:
-      case ref::LayerKind::rms_norm: {
-        const NormConfig c = norm_config(m, m.layers[l]);
-        auto [mean, rstd] = norm_stats(l, c);
-        backend_.norm_backward(c, x, p[0], dy, mean, rstd, dx, g[0], c.kind == NormKind::rms ? Tensor{} : g[1]);
-        break;
+  // Block by block from the last: with checkpointing, first recompute the
+  // block's forward from its kept input (its activations were overwritten
+  // by the blocks after it); then back through its layers.
+  const long k = scenario_->spec.checkpoint_every;
+  const std::size_t block = k > 0 ? static_cast<std::size_t>(k) : layers;
+  for (std::size_t end = layers; end > 0;) {
+    const std::size_t start = (end - 1) / block * block;
+    if (k > 0)
+      for (std::size_t l = start; l + 1 < end; ++l) forward_layer(l, rows, false);
+    for (std::size_t l = end; l-- > start;) {
+      const Tensor x = activation(l, rows), dy = activation_gradient(l + 1, rows), dx = activation_gradient(l, rows);
+      const Tensor* p = compute_params_.data() + first[l];
+      const Tensor* g = grad_targets.data() + first[l];
+      backend_.fill(dx, kPoison);
+      switch (m.layers[l].kind) {
+        case ref::LayerKind::linear:
+          backend_.linear_backward_weight(dy, x, g[0], g[1]);
+          if (l > 0) backend_.linear_backward_data(dy, p[0], dx);
+          break;
+        case ref::LayerKind::relu: backend_.activation_backward(Activation::relu, x, dy, dx); break;
+        case ref::LayerKind::gelu: backend_.activation_backward(Activation::gelu_tanh, x, dy, dx); break;
+        case ref::LayerKind::layer_norm:
+        case ref::LayerKind::batch_norm:
+        case ref::LayerKind::group_norm:
+        case ref::LayerKind::rms_norm: {
+          const NormConfig c = norm_config(m, m.layers[l]);
+          const long groups = norm_geometry(c, rows, x.cols).group_count();
+          backend_.norm_backward(c, x, p[0], dy, Tensor{saved_mean_[l].data, 1, groups, DType::f32},
+                                 Tensor{saved_rstd_[l].data, 1, groups, DType::f32}, dx, g[0],
+                                 c.kind == NormKind::rms ? Tensor{} : g[1]);
+          break;
+        }
       }
     }
+    end = start;
   }
   return loss_sum * static_cast<double>(scale);
 }

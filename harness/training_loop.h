@@ -20,15 +20,37 @@
 #include <utility>
 #include <vector>
 
+#include "harness/memory.h"
 #include "harness/run_record.h"
 #include "harness/scenario.h"
 #include "kernels/backend.h"
+#include "kernels/check.h"
 
 namespace gradeq {
 
 // The constants of one optimizer step, from the configuration, this step's
 // learning rate and the number of steps taken before it.
 OptimizerStep make_optimizer_step(const ref::OptimizerSpec& o, double lr, long step);
+// The optimizer state a configuration steps with (SGD without momentum: none).
+OptimizerStateUse optimizer_state_use(const ref::OptimizerSpec& o);
+// The backend's description of a normalizer layer of the model.
+NormConfig norm_config(const ref::ModelSpec& spec, const ref::LayerSpec& layer);
+
+// Where the activations of a micro-batch live: activation l (the input of
+// layer l; L = the model's output) is stored in slots[slot_of[l]], a
+// [rows, width] buffer. Without checkpointing each activation has its own
+// slot. With activation checkpointing every k layers, the layers form blocks
+// [0, k), [k, 2k), ...: the blocks' inputs and the output keep their own
+// slots, and the activations inside a block share k - 1 slots with the
+// other blocks' (slot i: the widest activation i + 1 layers into a block),
+// so that only one block's are alive at a time: the forward overwrites them
+// block after block, and the backward recomputes each block's forward from
+// its kept input before going back through it.
+struct ActivationLayout {
+  std::vector<long> slot_widths;
+  std::vector<std::size_t> slot_of;  // per activation 0..L
+};
+ActivationLayout activation_layout(const ref::ModelSpec& spec, long checkpoint_every);
 
 class TrainingLoop {
  public:
@@ -67,11 +89,21 @@ class TrainingLoop {
   // Called once the run's tensors are allocated: a loop that needs more
   // tensors allocates them here with own().
   virtual void allocated() {}
+  // Runs layer l forward on the micro-batch's first `rows` rows. A
+  // BatchNorm layer updates its running statistics only when asked: in the
+  // forward pass, not when checkpointing recomputes it.
+  virtual void forward_layer(std::size_t l, long rows, bool update_running_statistics);
 
   // ---- pieces the steps are made of
   void refresh_compute_weights();
-  // Allocates t on the backend, released when the run ends.
-  void own(Tensor& t, long rows, long cols, DType dtype);
+  // Allocates t on the backend, released when the run ends (or by
+  // disown()); its bytes count in `category` of the run's memory.
+  void own(Tensor& t, long rows, long cols, DType dtype, MemoryCategory category);
+  void disown(Tensor& t);
+  // Activation l of the micro-batch being run ([rows, width of l]) and the
+  // gradient with respect to it.
+  Tensor activation(std::size_t l, long rows) const;
+  Tensor activation_gradient(std::size_t l, long rows) const;
   // Forward, loss with `scale`, backward accumulating into `grad_targets`.
   double forward_loss_backward(const ref::Batch& micro_batch, float scale, const std::vector<Tensor>& grad_targets);
   const ref::ProcedureConfig& procedure() const { return scenario_->spec.procedure; }
@@ -83,9 +115,11 @@ class TrainingLoop {
   std::vector<Tensor> grads_;           // accumulation buffers
   std::vector<Tensor> staging_;         // compensated mode: one micro-batch's gradient, float32
   std::vector<Tensor> compensation_;    // compensated mode: Kahan terms, accumulation dtype
-  std::vector<Tensor> first_moment_, second_moment_;  // optimizer state, float32
-  std::vector<Tensor> activations_;     // input of each layer, then the output; max rows
-  std::vector<Tensor> activation_grads_;
+  std::vector<Tensor> first_moment_, second_moment_;  // optimizer state, float32 (empty when unused)
+  ActivationLayout layout_;
+  std::vector<long> widths_, first_parameter_, first_buffer_;  // of the model (ref::layer_widths, ...)
+  std::vector<Tensor> activations_;     // the layout's slots, max rows
+  std::vector<Tensor> activation_grads_;  // two buffers, max rows x the widest activation: dy and dx of a layer
   std::vector<Tensor> saved_mean_, saved_rstd_;  // per layer (empty unless a normalizer)
   std::vector<Tensor> buffers_;                   // BatchNorm running statistics, float32
   Tensor targets_;
@@ -100,10 +134,19 @@ class TrainingLoop {
   bool skipped_ = false;    // this window's step was skipped (overflow)
 
  private:
+  struct Owned {
+    Tensor* tensor;
+    MemoryCategory category;
+    std::size_t bytes;
+  };
   void allocate(const Scenario& s, long max_rows);
   void release_all();
   KernelWindow record_window();
-  std::vector<Tensor*> owned_;
+  MemoryUsage measured_memory() const;
+  std::vector<Owned> owned_;
+  std::size_t base_bytes_ = 0;                     // the backend's live bytes when the run started
+  std::array<double, kMemoryCategories> live_{};   // the loop's tensors now, by category
+  std::array<double, kMemoryCategories> at_peak_{};  // ... when their sum was largest
 };
 
 // Builds the training loop a run uses; the correct loop by default, a

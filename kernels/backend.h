@@ -90,7 +90,14 @@ class Backend {
   virtual void fill(const Tensor& t, float value) = 0;
   // dst = src rounded to dst.dtype (same shape).
   virtual void convert(const Tensor& src, const Tensor& dst) = 0;
+  // Bytes this backend holds now: the tensors it allocated plus any
+  // workspace of its own (GEMM results, staging, reduction partials). Peak:
+  // the most it held since construction or the last reset_peak_bytes(),
+  // which also drops cached workspace so that the next measurement sees it
+  // allocated again (harness/memory.h measures a run this way).
+  virtual std::size_t live_bytes() const = 0;
   virtual std::size_t peak_bytes() const = 0;
+  virtual void reset_peak_bytes() = 0;
 
   // ---- linear: y = x w^T + b (overwrite); dx = dy w (overwrite);
   //      dw += dy^T x and db += column sums of dy (accumulate).

@@ -8,6 +8,7 @@
 // anything outside kernels/.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string_view>
@@ -30,6 +31,9 @@ constexpr std::string_view dtype_name(DType t) {
   }
   return "?";
 }
+
+// Bytes one stored element of the dtype takes.
+constexpr std::size_t dtype_bytes(DType t) { return t == DType::f32 ? 4 : 2; }
 
 // Facts of each format that the error model needs (docs/NUMERICS.md §1).
 struct DTypeFacts {

@@ -19,7 +19,9 @@ class ForwardingBackend : public Backend {
   void download(const Tensor& src, std::span<float> host) override { inner_.download(src, host); }
   void fill(const Tensor& t, float value) override { inner_.fill(t, value); }
   void convert(const Tensor& src, const Tensor& dst) override { inner_.convert(src, dst); }
+  std::size_t live_bytes() const override { return inner_.live_bytes(); }
   std::size_t peak_bytes() const override { return inner_.peak_bytes(); }
+  void reset_peak_bytes() override { inner_.reset_peak_bytes(); }
 
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) override {
     inner_.linear_forward(x, w, b, y);

@@ -154,6 +154,24 @@ rc::Gen<ScenarioSpec> batchnorm_scenario() {
       for (long& n : window)
         while (n * s.model.positions < 4) ++n;
     s.seed = *seed();
+    // Half of them checkpoint activations: the recomputed forward must
+    // leave the running statistics alone (BUGS.md B25).
+    if (*rc::gen::arbitrary<bool>())
+      s.checkpoint_every = *rc::gen::inRange<long>(1, static_cast<long>(s.model.layers.size()) + 1);
+    return s;
+  });
+}
+
+rc::Gen<ScenarioSpec> memory_scenario() {
+  return rc::gen::exec([] {
+    ScenarioSpec s = *rc::gen::oneOf(independent_scenario(), batchnorm_scenario(), normalized_scenario(),
+                                     mixed_precision_scenario());
+    s.name = "generated memory";
+    const long min_samples = ref::has_batch_norm(s.model) ? (4 + s.model.positions - 1) / s.model.positions : 1;
+    s.split = equal_split(*rc::gen::inRange<long>(1, 3), *rc::gen::inRange<long>(2, 9),
+                          *rc::gen::inRange<long>(min_samples, min_samples + 8));
+    if (s.procedure.loss_scaling.dynamic) s.split.resize(3, s.split.front());
+    s.checkpoint_every = *rc::gen::inRange<long>(0, static_cast<long>(s.model.layers.size()) + 1);
     return s;
   });
 }

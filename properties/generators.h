@@ -39,7 +39,7 @@ rc::Gen<Split> any_split();
 // data to match.
 rc::Gen<ScenarioSpec> independent_scenario();
 // Linear, one or two BatchNorms, an activation; BatchNorm gets >= 2 values
-// per channel in every micro-batch.
+// per channel in every micro-batch; half of them checkpoint activations.
 rc::Gen<ScenarioSpec> batchnorm_scenario();
 // An optimizer configuration: SGD (momentum, Nesterov, weight decay), Adam,
 // AdamW; clipping that binds or none; warmup + cosine or constant.
@@ -65,6 +65,10 @@ rc::Gen<ScenarioSpec> long_accumulation_scenario();
 // Token cross-entropy over padded sequences with the equal-split
 // normalization shortcut, 1 / (N n_b).
 rc::Gen<ScenarioSpec> equal_split_shortcut_scenario();
+// A memory case: an independent, batchnorm, normalized or mixed-precision
+// model, whose windows are N micro-batches of b samples (N = 2-8, the same
+// for every window), activation checkpointing every 0 (off) to L layers.
+rc::Gen<ScenarioSpec> memory_scenario();
 // Any of the independent, batchnorm, optimizer and mixed-precision scenarios.
 rc::Gen<ScenarioSpec> determinism_scenario();
 // Linear/ReLU/MSE on dyadic data with power-of-two sizes and splits:

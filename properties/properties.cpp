@@ -272,6 +272,13 @@ const std::vector<Property>& default_properties() {
        long_accumulation_scenario(), trajectory_equivalence, true, 1.7},
       {"EqualSplitShortcut", "1/(N n_b) normalization equals the window's global count iff item counts are equal",
        equal_split_shortcut_scenario(), equal_split_shortcut, false, 0.25},
+      {"PeakIndependentOfN", "memory: N micro-batches of b samples peak no higher than one micro-batch of b",
+       memory_scenario(), peak_independent_of_n, true, 0.1},
+      {"ActivationsLinearInBatch", "memory: activation bytes are linear in the micro-batch size, at the predicted "
+       "bytes per sample, whatever N", memory_scenario(), activations_linear_in_batch, true, 0.1},
+      {"CheckpointingEquivalence", "activation checkpointing: bitwise the plain run's gradients, weights and running "
+       "statistics (deterministic mode), activation bytes down as predicted", memory_scenario(),
+       checkpointing_equivalence, true, 0.1},
   };
   return properties;
 }

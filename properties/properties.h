@@ -74,6 +74,18 @@ Evidence equal_split_shortcut(const ScenarioSpec& s, PropertyContext& ctx);
 // reference mode): R_acc matches R_full within float64 rounding.
 Evidence exact_batchnorm_equivalence(const ScenarioSpec& s, PropertyContext& ctx);
 
+// Memory (properties/memory_properties.cpp). The peak of 2N micro-batches
+// of b samples is no more than that of N, and that of N no more than one
+// micro-batch's (up to kMemoryTolerance).
+Evidence peak_independent_of_n(const ScenarioSpec& s, PropertyContext& ctx);
+// Activation bytes at b (N micro-batches), 2b (one) and 3b (N) lie on a
+// line whose slope is the predicted bytes per sample.
+Evidence activations_linear_in_batch(const ScenarioSpec& s, PropertyContext& ctx);
+// Activation checkpointing, deterministic mode: every recorded tensor
+// (gradients, weights, optimizer state, running statistics) bitwise equal
+// to the plain run's, and the activation bytes drop by the predicted amount.
+Evidence checkpointing_equivalence(const ScenarioSpec& s, PropertyContext& ctx);
+
 const std::vector<Property>& default_properties();
 const Property* find_property(const std::string& name);
 

@@ -20,8 +20,11 @@ std::string check_summary(const CheckReport& r) {
         s.accumulation.status == Status::expected_divergence
             ? fmt::format("accumulation: expected divergence ({:.1e} x bound)", s.accumulation.worst_ratio)
             : fmt::format("accumulation err/bound {:.2e}", s.accumulation.worst_ratio);
-    out << fmt::format("  {:4}  scenario {:30} {}  kernel {:.2e}  ({:.2f} s)\n", s.passed() ? "pass" : "FAIL",
-                       s.spec.name, accumulation, s.kernel.worst_ratio, s.seconds);
+    const std::string peak = s.memory.accumulated.peak > 0.0
+                                 ? fmt::format("  peak {}", format_bytes(s.memory.accumulated.peak))
+                                 : std::string();
+    out << fmt::format("  {:4}  scenario {:30} {}  kernel {:.2e}{}  ({:.2f} s)\n", s.passed() ? "pass" : "FAIL",
+                       s.spec.name, accumulation, s.kernel.worst_ratio, peak, s.seconds);
     if (!s.passed()) out << "        " << s.first_failure() << "\n";
   }
   for (const PropertyRun& p : r.properties) {
@@ -107,6 +110,46 @@ std::string catalogue_listing(const std::string& what) {
     for (const BackendInfo& b : list_backends())
       out << fmt::format("  {:6} {:12} {}\n", b.name, b.available ? "available" : "unavailable", b.detail);
   }
+  return out.str();
+}
+
+std::string plan_summary(const MemoryPlan& p, const PlanOptions& o) {
+  std::ostringstream out;
+  out << fmt::format("measured peaks of one micro-batch:");
+  for (const auto& [samples, bytes] : p.measured) out << fmt::format(" {} sample(s) {};", samples, format_bytes(bytes));
+  out << fmt::format("\nfit: {} fixed + {} per sample (worst point {:.2f}% off the line)\n", format_bytes(p.fit.fixed),
+                     format_bytes(p.fit.per_sample), 100.0 * p.fit.worst_residual);
+  out << fmt::format("budget {} less a {:.0f}% margin: {} usable\n", format_bytes(o.budget_bytes), 100.0 * o.margin,
+                     format_bytes(p.usable_bytes));
+  const bool uneven = p.last_micro_batch != p.micro_batch;
+  out << fmt::format("plan: micro-batch {} x N = {} per optimizer step{} = effective batch {}\n", p.micro_batch,
+                     p.micro_batches,
+                     uneven ? fmt::format(" ({} of {} and a last of {})", p.micro_batches - 1, p.micro_batch,
+                                          p.last_micro_batch)
+                            : std::string(),
+                     o.effective_batch);
+  out << "  predicted peak " << format_bytes(p.predicted_peak) << ":";
+  for (MemoryCategory c : kAllMemoryCategories)
+    out << " " << memory_category_name(c) << " " << format_bytes(p.categories[c]) << ";";
+  out << fmt::format("\n  the effective batch in one micro-batch would peak at {}\n", format_bytes(p.predicted_full_batch));
+  if (uneven && p.spec.procedure.normalization == ref::Normalization::equal_split)
+    out << "  note: equal_split normalization with an uneven last micro-batch weights its samples wrongly (BUGS.md "
+           "B5); the check below shows it; use normalization = \"global_count\"\n";
+  if (p.per_rank)
+    out << fmt::format("  per rank on {} ranks ({} micro-batch(es) of {} each): replicated {}, gradients and optimizer "
+                       "state sharded {}\n",
+                       p.per_rank->ranks, p.per_rank->micro_batches, p.per_rank->micro_batch,
+                       format_bytes(p.per_rank->replicated), format_bytes(p.per_rank->sharded));
+  out << fmt::format("measured peak of the planned split: {} (predicted {}, {:.2f}% off; {}% allowed)\n",
+                     format_bytes(p.measured_peak()), format_bytes(p.predicted_peak), 100.0 * p.relative_error(),
+                     static_cast<int>(100 * kMemoryTolerance));
+  const ScenarioResult& c = p.check;
+  out << fmt::format("equivalence of the planned split: math {}, kernel {} (err/bound {:.2e}), accumulation {} "
+                     "(err/bound {:.2e})\n",
+                     status_name(c.math.status), status_name(c.kernel.status), c.kernel.worst_ratio,
+                     status_name(c.accumulation.status), c.accumulation.worst_ratio);
+  if (!c.passed()) out << "  " << c.first_failure() << "\n";
+  out << "result: " << (p.passed() ? "PASS" : "FAIL") << "\n";
   return out.str();
 }
 

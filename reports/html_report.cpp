@@ -138,7 +138,21 @@ std::string report_html(const nlohmann::json& report, const DrawnFigures& drawn,
     }
     h << "<td>" << fmt::format("{:.2f} s", s.at("seconds").get<double>()) << "</td></tr>\n";
   }
-  h << "</table>\n<h2>Properties</h2>\n<table id=\"properties\">\n<tr><th>property</th><th>status</th><th>cases</th>"
+  h << "</table>\n";
+  const std::vector<std::vector<std::string>> memory = memory_table(report.at("scenarios"));
+  if (memory.size() > 1) {
+    h << "<h2>Memory</h2>\n<p>The accumulated run's bytes at its peak by category, and the peaks predicted from "
+         "one-micro-batch runs (fixed + per-sample bytes).</p>\n<table id=\"memory\">\n";
+    for (std::size_t i = 0; i < memory.size(); ++i) {
+      h << "<tr>";
+      for (const std::string& cell : memory[i])
+        h << (i == 0 ? "<th>" : i > 0 && &cell == &memory[i].back() ? "<td class=\"" + status_class(cell) + "\">" : "<td>")
+          << escaped(cell) << (i == 0 ? "</th>" : "</td>");
+      h << "</tr>\n";
+    }
+    h << "</table>\n";
+  }
+  h << "<h2>Properties</h2>\n<table id=\"properties\">\n<tr><th>property</th><th>status</th><th>cases</th>"
        "<th>worst err/bound</th><th>discarded</th><th>time</th></tr>\n";
   for (const nlohmann::json& p : report.at("properties")) {
     const bool ran = p.at("ran").get<bool>();

@@ -1,4 +1,5 @@
 // json_report.cpp — the complete machine-readable report.
+#include <algorithm>
 #include <cmath>
 
 #include "reports/json_number.h"
@@ -47,7 +48,89 @@ nlohmann::json verdict_json(const Verdict& v) {
           {"note", v.note}, {"tensors", checks}};
 }
 
+nlohmann::json usage_json(const MemoryUsage& m) {
+  nlohmann::json out = {{"peak", m.peak}};
+  for (MemoryCategory c : kAllMemoryCategories) {
+    std::string key = memory_category_name(c);
+    std::replace(key.begin(), key.end(), ' ', '_');
+    out[key] = m[c];
+  }
+  return out;
+}
+
+// Bytes of the kernel runs at their peaks, and their predictions: absent
+// for runs not executed here (verify).
+nlohmann::json memory_json(const ScenarioMemory& m) {
+  nlohmann::json out = {{"micro_batch", m.micro_batch},
+                        {"window", m.window},
+                        {"accumulated", usage_json(m.accumulated)},
+                        {"full_batch", usage_json(m.full_batch)},
+                        {"loop", usage_json(m.loop)}};
+  if (m.predicted)
+    out["prediction"] = {{"fixed", m.fit.fixed},
+                         {"per_sample", m.fit.per_sample},
+                         {"accumulated", m.predicted_accumulated()},
+                         {"full_batch", m.predicted_full_batch()},
+                         {"worst_relative_error", json_number(m.worst_relative_error())},
+                         {"tolerance", kMemoryTolerance},
+                         {"holds", m.holds()}};
+  return out;
+}
+
 }  // namespace
+
+std::vector<std::vector<std::string>> memory_table(const nlohmann::json& scenarios) {
+  std::vector<std::vector<std::string>> rows = {{"scenario", "micro-batch", "parameters", "gradients", "optimizer state",
+                                                 "activations", "scratch", "peak (predicted)", "full batch",
+                                                 "full-batch peak (predicted)", "result"}};
+  const auto bytes = [](const nlohmann::json& v) { return format_bytes(v.get<double>()); };
+  for (const nlohmann::json& s : scenarios) {
+    if (!s.contains("memory")) continue;
+    const nlohmann::json& m = s.at("memory");
+    const nlohmann::json& acc = m.at("accumulated");
+    const bool predicted = m.contains("prediction");
+    const auto with_prediction = [&](const nlohmann::json& peak, const char* key) {
+      return bytes(peak) + (predicted ? " (" + bytes(m.at("prediction").at(key)) + ")" : "");
+    };
+    rows.push_back({s.at("name").get<std::string>(), m.at("micro_batch").dump() + " samples", bytes(acc.at("parameters")),
+                    bytes(acc.at("gradients")), bytes(acc.at("optimizer_state")), bytes(acc.at("activations")),
+                    bytes(acc.at("scratch")), with_prediction(acc.at("peak"), "accumulated"),
+                    m.at("window").dump() + " samples", with_prediction(m.at("full_batch").at("peak"), "full_batch"),
+                    !predicted ? "measured" : m.at("prediction").at("holds").get<bool>() ? "pass" : "FAIL"});
+  }
+  return rows;
+}
+
+nlohmann::json plan_json(const MemoryPlan& p, const PlanOptions& o) {
+  nlohmann::json measured = nlohmann::json::array();
+  for (const auto& [samples, bytes] : p.measured) measured.push_back({{"samples", samples}, {"peak", bytes}});
+  nlohmann::json out = {{"scenario", p.spec.name},
+                        {"budget", o.budget_bytes},
+                        {"margin", o.margin},
+                        {"usable", p.usable_bytes},
+                        {"effective_batch", o.effective_batch},
+                        {"measured", measured},
+                        {"fixed", p.fit.fixed},
+                        {"per_sample", p.fit.per_sample},
+                        {"micro_batch", p.micro_batch},
+                        {"micro_batches", p.micro_batches},
+                        {"last_micro_batch", p.last_micro_batch},
+                        {"split", p.spec.split},
+                        {"predicted", usage_json(p.categories)},
+                        {"predicted_full_batch", p.predicted_full_batch},
+                        {"measured_peak", p.measured_peak()},
+                        {"relative_error", json_number(p.relative_error())},
+                        {"equivalence_passed", p.check.passed()},
+                        {"failure", p.check.first_failure()},
+                        {"passed", p.passed()}};
+  if (p.per_rank)
+    out["per_rank"] = {{"ranks", p.per_rank->ranks},
+                       {"micro_batch", p.per_rank->micro_batch},
+                       {"micro_batches", p.per_rank->micro_batches},
+                       {"replicated", p.per_rank->replicated},
+                       {"sharded", p.per_rank->sharded}};
+  return out;
+}
 
 nlohmann::json report_json(const CheckReport& r) {
   nlohmann::json scenarios = nlohmann::json::array();
@@ -73,6 +156,7 @@ nlohmann::json report_json(const CheckReport& r) {
                          {"vacuous", s.vacuous},
                          {"seconds", s.seconds},
                          {"verdicts", {verdict_json(s.math), verdict_json(s.kernel), verdict_json(s.accumulation)}}});
+    if (s.memory.accumulated.peak > 0.0) scenarios.back()["memory"] = memory_json(s.memory);
   }
   nlohmann::json properties = nlohmann::json::array();
   for (const PropertyRun& p : r.properties)

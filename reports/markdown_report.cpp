@@ -115,6 +115,24 @@ std::string report_markdown(const CheckReport& r, const std::vector<Figure>* fig
   }
   md << "\n";
 
+  const std::vector<std::vector<std::string>> memory = memory_table(report_json(r).at("scenarios"));
+  if (memory.size() > 1) {
+    md << "## Memory\n\nThe accumulated run's bytes at its peak by category, and the peaks predicted from "
+          "one-micro-batch runs (fixed + per-sample bytes; a result fails beyond "
+       << 100.0 * kMemoryTolerance << " %, docs/MEMORY.md).\n\n";
+    for (std::size_t i = 0; i < memory.size(); ++i) {
+      md << "|";
+      for (const std::string& cell : memory[i]) md << " " << cell << " |";
+      md << "\n";
+      if (i == 0) {
+        md << "|";
+        for (std::size_t c = 0; c < memory[0].size(); ++c) md << "---|";
+        md << "\n";
+      }
+    }
+    md << "\n";
+  }
+
   if (!r.properties.empty()) {
     md << "## Properties\n\n" << size_tier_name(r.size) << " shapes; a property fails when it discards more than "
        << 100.0 * kMaxDiscardRate << " % of its cases (vacuous or ill-conditioned).\n\n";

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/gate/gate.h"
+#include "harness/gate/plan.h"
 #include "harness/gate/selftest.h"
 #include "reports/plots.h"
 
@@ -37,6 +38,10 @@ std::string report_html(const nlohmann::json& report, const DrawnFigures& figure
 // fail_on_drift and anything drifted.
 std::string report_junit(const CheckReport& report, const nlohmann::json* drift = nullptr, bool fail_on_drift = false);
 
+// The memory table of report.md and report.html, from report.json's
+// scenarios: a header and one row per scenario with a measured "memory".
+std::vector<std::vector<std::string>> memory_table(const nlohmann::json& scenarios);
+
 // report.json's schema version (bumped whenever a field changes meaning or goes away).
 int report_schema_version();
 
@@ -54,6 +59,10 @@ std::string drift_markdown(const nlohmann::json& drift);
 
 // Text inside XML or HTML markup (element content or a quoted attribute).
 std::string markup_escaped(const std::string& text);
+
+// `gradeq plan`: what it prints, and what --json writes.
+std::string plan_summary(const MemoryPlan& plan, const PlanOptions& options);
+nlohmann::json plan_json(const MemoryPlan& plan, const PlanOptions& options);
 
 // What `gradeq check`, `gradeq selftest` and `gradeq list` print.
 std::string check_summary(const CheckReport& report);

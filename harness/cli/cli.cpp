@@ -146,15 +146,14 @@ double memory_limit(const std::string& text) {
       if (key == "MemAvailable:") return kib * 1024.0;
     return 0.0;
   }
-  double value = 0.0;
-  const char* end = text.data() + text.size();
-  const auto [at, error] = std::from_chars(text.data(), end, value);
-  const std::string suffix(at, end);
-  const double scale = suffix.empty() ? 1.0 : suffix == "K" ? 1024.0 : suffix == "M" ? 1048576.0
-                     : suffix == "G" ? 1073741824.0 : suffix == "T" ? 1099511627776.0 : -1.0;
-  if (error != std::errc() || scale < 0.0 || !(value > 0.0) || !std::isfinite(value))
-    throw std::invalid_argument("--max-memory must be a positive size like 16G, 512M or 1000000 (bytes), got '" + text + "'");
-  return value * scale;
+  double bytes = 0.0;
+  try {
+    bytes = parse_bytes(text);
+  } catch (const std::invalid_argument&) {
+  }
+  if (!(bytes > 0.0))
+    throw std::invalid_argument("--max-memory must be a positive size like 16G, 512MiB or 1000000 (bytes), got '" + text + "'");
+  return bytes;
 }
 
 void add_memory_option(CLI::App& cmd, std::string& max_memory) {
@@ -499,6 +498,61 @@ int run_verify_command(const VerifyArgs& a) {
   return report.passed() ? kExitPass : kExitFail;
 }
 
+struct PlanArgs {
+  std::string config_file, scenario, budget, json_file;
+  std::string backend = "cpu";
+  long effective_batch = -1;
+  double margin = 0.1;
+  long ranks = 0;
+  std::string error_model = "probabilistic";
+};
+
+int run_plan_command(const PlanArgs& a) {
+  PlanOptions options;
+  try {
+    options.budget_bytes = parse_bytes(a.budget);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("--budget: ") + e.what());
+  }
+  options.effective_batch = a.effective_batch;
+  options.margin = a.margin;
+  options.ranks = a.ranks;
+  options.model.reduction =
+      a.error_model == "probabilistic" ? ref::ReductionBound::probabilistic : ref::ReductionBound::deterministic;
+  if (!a.json_file.empty()) require_writable_file(a.json_file, "--json");
+  const std::vector<ScenarioSpec> scenarios = load_scenarios(a.config_file);
+  const ScenarioSpec* spec = nullptr;
+  std::string names;
+  for (const ScenarioSpec& s : scenarios) {
+    names += (names.empty() ? "" : ", ") + s.name;
+    if (s.name == a.scenario || (a.scenario.empty() && scenarios.size() == 1)) spec = &s;
+  }
+  if (!spec)
+    throw std::invalid_argument(a.scenario.empty() ? a.config_file + " has " + std::to_string(scenarios.size()) +
+                                                         " scenarios: name one with --scenario (" + names + ")"
+                                                   : "no scenario '" + a.scenario + "' in " + a.config_file + " (" +
+                                                         names + ")");
+  std::unique_ptr<Backend> backend = make_backend(a.backend);
+  std::cout << fmt::format("gradeq plan: scenario {}, backend {}, budget {}, effective batch {}\n", spec->name,
+                           backend->name(), format_bytes(options.budget_bytes), options.effective_batch);
+  const ProgressSink progress = make_progress();
+  MemoryPlan plan;
+  try {
+    plan = make_plan(*spec, options, *backend, progress);
+  } catch (const PlanFailure& e) {
+    end_progress();
+    std::cout << "result: FAIL: " << e.what() << "\n";
+    return kExitFail;
+  }
+  end_progress();
+  std::cout << plan_summary(plan, options);
+  if (!a.json_file.empty()) {
+    write_text(a.json_file, plan_json(plan, options).dump(2) + "\n");
+    std::cout << "wrote " << a.json_file << "\n";
+  }
+  return plan.passed() ? kExitPass : kExitFail;
+}
+
 struct SweepArgs {
   std::string study;
   std::string backend = "cpu";
@@ -718,6 +772,23 @@ int run_cli(int argc, char** argv) {
       ->check(CLI::IsMember({"default", "data_parallel"}));
   add_timeout_option(*selftest, selftest_args.timeout);
 
+  PlanArgs plan_args;
+  CLI::App* plan = app.add_subcommand(
+      "plan", "Choose the micro-batch and N for a memory budget and an effective batch, and check that split");
+  plan->add_option("--config", plan_args.config_file, "The model and procedure (a scenario TOML file)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  plan->add_option("--scenario", plan_args.scenario, "The scenario of --config to plan (needed when it has several)");
+  plan->add_option("--budget", plan_args.budget, "Memory for one process: 8GiB, 512MiB, 2GB, 1e9 (bytes)")->required();
+  plan->add_option("--effective-batch", plan_args.effective_batch, "Samples per optimizer step")->required();
+  plan->add_option("--margin", plan_args.margin, "Fraction of the budget kept free (default 0.1)");
+  plan->add_option("--ranks", plan_args.ranks, "Also predict per-rank bytes on this many data-parallel ranks")
+      ->check(CLI::Range(2L, 1L << 20));
+  add_backend_option(*plan, plan_args.backend, "Backend to measure and check on");
+  plan->add_option("--error-model", plan_args.error_model, "Error model: probabilistic (default) or deterministic")
+      ->check(CLI::IsMember({"deterministic", "probabilistic"}));
+  plan->add_option("--json", plan_args.json_file, "Also write the plan as JSON to this file");
+
   std::string list_what = "all";
   CLI::App* list = app.add_subcommand("list", "List scenarios, properties, mutants and backends");
   list->add_option("what", list_what, "scenarios, properties, mutants, backends or all")
@@ -784,6 +855,7 @@ int run_cli(int argc, char** argv) {
       return run_sweep(sweep_args);
     }
     if (*selftest) return run_selftest_command(selftest_args);
+    if (*plan) return run_plan_command(plan_args);
   } catch (...) {
     return report_error(std::current_exception(), -1);
   }

@@ -156,6 +156,7 @@ CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFac
       s.seed = mix_seed(options.seed, s.seed);
       announce("scenario " + s.name);
       report.scenarios.push_back(check_scenario(s, backend, loop, options.model));
+      predict_memory(report.scenarios.back().memory, s, backend, loop);
     }
   };
   PropertyContext ctx{&backend, loop, options.model};

@@ -40,7 +40,6 @@ namespace {
 
 float* values(const Tensor& t) { return static_cast<float*>(t.data); }
 
-std::size_t bytes_of(long count, DType t) { return static_cast<std::size_t>(count) * (t == DType::f32 ? 4 : 2); }
 
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using ConstMap = Eigen::Map<const RowMatrix>;
@@ -87,11 +86,18 @@ Tensor CpuBackend::allocate(long rows, long cols, DType dtype) {
   const long n = rows * cols;
   auto storage = std::make_unique<float[]>(static_cast<std::size_t>(n > 0 ? n : 1));
   t.data = storage.get();
-  const std::size_t bytes = bytes_of(n, dtype);
+  const std::size_t bytes = static_cast<std::size_t>(n) * dtype_bytes(dtype);
   allocations_.emplace(t.data, std::make_pair(std::move(storage), bytes));
   live_bytes_ += bytes;
-  if (live_bytes_ > peak_bytes_) peak_bytes_ = live_bytes_;
+  peak_bytes_ = std::max(peak_bytes_, live_bytes());
   return t;
+}
+
+std::size_t CpuBackend::live_bytes() const { return live_bytes_ + scratch_.size() * sizeof(float); }
+
+void CpuBackend::reset_peak_bytes() {
+  scratch_ = {};  // dropped, so that the next measurement sees it allocated
+  peak_bytes_ = live_bytes_;
 }
 
 void CpuBackend::release(Tensor& t) {
@@ -187,7 +193,10 @@ void CpuBackend::linear_backward_weight(const Tensor& dy, const Tensor& x, const
   if (out == 0) return;
   const float* dyv = values(dy);
   const std::size_t products = static_cast<std::size_t>(out * in);
-  if (scratch_.size() < products + static_cast<std::size_t>(out)) scratch_.resize(products + static_cast<std::size_t>(out));
+  if (scratch_.size() < products + static_cast<std::size_t>(out)) {
+    scratch_.resize(products + static_cast<std::size_t>(out));
+    peak_bytes_ = std::max(peak_bytes_, live_bytes());
+  }
   float* p = scratch_.data();
   float* column_sums = p + products;
   if (in > 0) {

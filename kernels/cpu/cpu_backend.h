@@ -24,7 +24,9 @@ class CpuBackend : public Backend {
   void download(const Tensor& src, std::span<float> host) override;
   void fill(const Tensor& t, float value) override;
   void convert(const Tensor& src, const Tensor& dst) override;
+  std::size_t live_bytes() const override;  // tensors (at their dtype's size) and the GEMM scratch
   std::size_t peak_bytes() const override { return peak_bytes_; }
+  void reset_peak_bytes() override;
 
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) override;
   void linear_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx) override;
@@ -61,7 +63,7 @@ class CpuBackend : public Backend {
 
  private:
   std::map<const void*, std::pair<std::unique_ptr<float[]>, std::size_t>> allocations_;
-  std::size_t live_bytes_ = 0;
+  std::size_t live_bytes_ = 0;  // tensors only
   std::size_t peak_bytes_ = 0;
   std::vector<float> scratch_;  // the weight gradient's float32 product, reused
 };

@@ -41,7 +41,9 @@ class CudaBackend : public Backend {
   void download(const Tensor& src, std::span<float> host) override;
   void fill(const Tensor& t, float value) override;
   void convert(const Tensor& src, const Tensor& dst) override;
-  std::size_t peak_bytes() const override { return peak_bytes_; }
+  std::size_t live_bytes() const override;  // tensors and the workspace (scratch, reduction partials)
+  std::size_t peak_bytes() const override;
+  void reset_peak_bytes() override;
 
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) override;
   void linear_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx) override;
@@ -91,7 +93,7 @@ class CudaBackend : public Backend {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::map<const void*, std::size_t> allocations_;
-  std::size_t live_bytes_ = 0, peak_bytes_ = 0;
+  std::size_t live_bytes_ = 0, peak_bytes_ = 0;  // live: tensors only
   bool deterministic_ = true;
 };
 

@@ -104,6 +104,27 @@ struct CudaBackend::Impl {
   int* flag = nullptr;
   float* scalar = nullptr;
 
+  // Device bytes held by the buffers above (the workspace).
+  std::size_t workspace_bytes() const {
+    std::size_t bytes = 0;
+    for (long n : scratch_size) bytes += static_cast<std::size_t>(n) * sizeof(float);
+    return bytes + static_cast<std::size_t>(chunk_capacity) * sizeof(cuda::Chunk) +
+           static_cast<std::size_t>(partial_capacity) * sizeof(float);
+  }
+  // Releases the growable buffers (scratch, chunks, partials).
+  void drop_workspace() {
+    for (std::size_t i = 0; i < scratch.size(); ++i) {
+      if (scratch[i]) GRADEQ_CUDA_CHECK(cudaFree(scratch[i]));
+      scratch[i] = nullptr;
+      scratch_size[i] = 0;
+    }
+    if (chunks) GRADEQ_CUDA_CHECK(cudaFree(chunks));
+    if (partials) GRADEQ_CUDA_CHECK(cudaFree(partials));
+    chunks = nullptr;
+    partials = nullptr;
+    chunk_capacity = partial_capacity = 0;
+  }
+
   // Grows a device buffer to n elements. The old one is released first and
   // forgotten before the allocation, so a failed allocation leaves nothing
   // dangling.
