@@ -52,6 +52,7 @@ total_steps = 100
 loss_scale = 65536
 dynamic_loss_scale = true
 growth_interval = 2000
+checkpoint_every = 2
 )";
 
 const std::vector<std::string> kValues = {

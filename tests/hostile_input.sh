@@ -88,6 +88,9 @@ refuse 'layer "linear:\+4": expected' 'layers=["linear:+4", "relu", "linear:3"]'
 refuse 'layer "linear:32 ": expected' 'layers=["linear:32 ", "relu", "linear:3"]'
 refuse 'layer "linear:08": expected' 'layers=["linear:08", "relu", "linear:3"]'
 refuse "the model has no parameters" 'layers=["gelu"]'
+refuse "checkpoint_every must be >= 1" checkpoint_every=0
+refuse "checkpoint_every must be an integer" checkpoint_every=1.5
+refuse "checkpoint_every: blocks of 1 to 3 layers" checkpoint_every=4
 refuse "name: 1-64 printable characters" 'name=""'
 refuse "name: 1-64 printable characters" 'name="two\nlines \" quoted"'
 # Sizes past the machine: refused from the estimate (or the overflow
