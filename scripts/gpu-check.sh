@@ -13,6 +13,8 @@
 #   report     gradeq report --backend cuda (the gate and its report)
 #   scale      gradeq check --backend cuda --suite scale: GEMM tile and
 #              reduction boundaries, the properties on large shapes
+#   plan       gradeq plan --backend cuda: the device's peaks fitted, the
+#              planned split checked, its peak within 5 % of the prediction
 #   bench      the CUDA benchmarks, as fractions of ceilings measured in
 #              the same run
 # Each step has its own time limit, and the whole run at most
@@ -125,6 +127,8 @@ step tests 240 cuda_tests
 step report 120 build/gradeq report --backend cuda --out "$out/report"
 step selftest 240 selftest
 step scale 150 build/gradeq check --backend cuda --suite scale --cases 10
+step plan 60 build/gradeq plan --backend cuda --config examples/plan/model.toml --scenario mlp_layernorm_adamw \
+  --budget 1MiB --effective-batch 256
 step memcheck 240 memcheck
 step racecheck 180 sanitize racecheck build/tests/test_backend_ops --gtest_filter='*cuda'
 step bench 180 build/gradeq_bench_cuda --benchmark_min_time=0.2 --benchmark_out="$out/bench.json" \
