@@ -23,9 +23,16 @@ ScenarioSpec with_split(const ScenarioSpec& s, long micro_batches, long samples)
   return out;
 }
 
+// Exact bytes, and readable ones where they differ: "123456 B (120.56 KiB)".
 std::string bytes_text(double b) {
+  const std::string exact = std::to_string(static_cast<long long>(b)) + " B";
+  return std::abs(b) < 1024.0 ? exact : exact + " (" + format_bytes(b) + ")";
+}
+
+std::string percent(double fraction) {
   std::ostringstream os;
-  os << static_cast<long long>(b) << " B (" << format_bytes(b) << ")";
+  os.precision(3);
+  os << 100.0 * fraction << "%";
   return os.str();
 }
 
@@ -79,7 +86,7 @@ Evidence activations_linear_in_batch(const ScenarioSpec& s, PropertyContext& ctx
           << bytes_text(measured[i].second);
   if (fit.worst_residual > kMemoryTolerance)
     fail(e, "activation bytes are not linear in the micro-batch size (" + where.str() + "; a point is " +
-                std::to_string(100.0 * fit.worst_residual) + "% off the line)");
+                percent(fit.worst_residual) + " off the line)");
   else if (slope_error > kMemoryTolerance)
     fail(e, "activation bytes grow by " + bytes_text(fit.per_sample) + " per sample, predicted " +
                 bytes_text(predicted) + " (" + where.str() + ")");

@@ -151,6 +151,7 @@ std::string report_html(const nlohmann::json& report, const DrawnFigures& drawn,
       h << "</tr>\n";
     }
     h << "</table>\n";
+    figures_of(h, drawn, "memory");
   }
   h << "<h2>Properties</h2>\n<table id=\"properties\">\n<tr><th>property</th><th>status</th><th>cases</th>"
        "<th>worst err/bound</th><th>discarded</th><th>time</th></tr>\n";

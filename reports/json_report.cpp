@@ -188,6 +188,7 @@ nlohmann::json report_json(const CheckReport& r) {
           {"passed", r.passed()},
           {"failures", r.failures()},
           {"not_run", r.not_run()},
+          {"ranks", std::max(r.ranks, 1)},
           {"seconds", r.seconds},
           {"scenarios", scenarios},
           {"properties", properties}};

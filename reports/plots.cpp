@@ -11,6 +11,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -138,6 +139,46 @@ Figure scenario_figure(const nlohmann::json& s) {
        "plot $d using 1:5:xtic(2) with points pt 7 ps 0.8 lc rgb \"#6a1b9a\" title \"|error|\", "
        "'' using 1:6 with points pt 6 ps 0.8 lc rgb \"#2e7d32\" title \"bound\"\n"
        "unset multiplot\n";
+  f.script = g.str();
+  return f;
+}
+
+// The accumulated run's peak by category as a fraction of the full batch's
+// peak, per scenario with measured memory; the predicted peak on top.
+std::optional<Figure> memory_figure(const nlohmann::json& report) {
+  static const char* const kCategories[] = {"parameters", "gradients", "optimizer_state", "activations", "scratch"};
+  std::ostringstream data;
+  long n = 0;
+  for (const nlohmann::json& s : report.at("scenarios")) {
+    if (!s.contains("memory")) continue;
+    const nlohmann::json& m = s.at("memory");
+    const double full = m.at("full_batch").at("peak").get<double>();
+    if (!(full > 0.0)) continue;
+    data << n++ << " " << quoted(s.at("name").get<std::string>());
+    for (const char* c : kCategories) data << " " << fmt::format("{:.6e}", m.at("accumulated").at(c).get<double>() / full);
+    data << " "
+         << (m.contains("prediction") ? fmt::format("{:.6e}", m.at("prediction").at("accumulated").get<double>() / full)
+                                      : std::string("NaN"))
+         << "\n";
+  }
+  if (n == 0) return std::nullopt;
+  Figure f;
+  f.id = "memory";
+  f.section = "memory";
+  f.tall = true;
+  f.title = "Peak memory of N micro-batches, as a fraction of the full batch's";
+  f.caption = "Each scenario's accumulated run at its peak, by category, divided by the peak of the same window as "
+              "one batch (1 = no saving); the diamond is the peak predicted from one-micro-batch runs.";
+  std::ostringstream g;
+  g << "$d << EOD\n" << data.str() << "EOD\n"
+    << "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.85 border -1\n"
+       "set boxwidth 0.7\nset yrange [0:1.05]\nset ylabel \"fraction of the full-batch peak\"\n"
+       "set grid ytics lc rgb \"#dddddd\"\nset key outside right top font \",9\"\n"
+       "set xtics rotate by -60 font \",7\" nomirror noenhanced\n"
+       "plot $d using 3:xtic(2) title \"parameters\" lc rgb \"#1565c0\", '' using 4 title \"gradients\" lc rgb "
+       "\"#ef6c00\", '' using 5 title \"optimizer state\" lc rgb \"#6a1b9a\", '' using 6 title \"activations\" lc rgb "
+       "\"#2e7d32\", '' using 7 title \"scratch\" lc rgb \"#9e9e9e\", '' using 1:8 with points pt 13 ps 1.2 lc rgb "
+       "\"#c62828\" title \"predicted peak\"\n";
   f.script = g.str();
   return f;
 }
@@ -348,6 +389,7 @@ std::string run_gnuplot(const std::filesystem::path& script, const std::filesyst
 std::vector<Figure> report_figures(const nlohmann::json& report, const nlohmann::json* selftest) {
   std::vector<Figure> out;
   for (const nlohmann::json& s : report.at("scenarios")) out.push_back(scenario_figure(s));
+  if (std::optional<Figure> memory = memory_figure(report)) out.push_back(std::move(*memory));
   if (report.contains("norm_sweep"))
     for (Figure& f : norm_figures(report.at("norm_sweep"))) out.push_back(std::move(f));
   if (report.contains("precision_sweep")) out.push_back(precision_figure(report.at("precision_sweep")));

@@ -38,7 +38,7 @@ MemoryPlan make_plan(const ScenarioSpec& spec, const PlanOptions& o, Backend& ba
   if (plan.fit.worst_residual > kMemoryTolerance || plan.fit.per_sample <= 0.0)
     throw PlanFailure("the peaks of " + std::to_string(b0) + ", " + std::to_string(2 * b0) + " and " +
                              std::to_string(4 * b0) + " samples are not fixed + linear per sample (a point is " +
-                             std::to_string(100.0 * plan.fit.worst_residual) + "% off the line): no plan can be "
+                             std::to_string(static_cast<int>(std::ceil(100.0 * plan.fit.worst_residual))) + "% off the line): no plan can be "
                              "extrapolated from them");
 
   // 2. The largest micro-batch that fits, and N.
