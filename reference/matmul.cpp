@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <thread>
 #include <tuple>
 #include <unordered_set>
 #include <vector>
@@ -35,25 +34,8 @@ constexpr double kParallelWork = 0x1p22;  // multiply-adds
 template <class F>
 void for_panels(long rows, double work, F&& panel) {
   const long panels = (rows + kPanelRows - 1) / kPanelRows;
-  const long threads = work < kParallelWork ? 1 : std::min(panels, thread_limit());
-  const auto run = [&](long first) {
-    for (long q = first; q < panels; q += threads) panel(q * kPanelRows, std::min(rows, (q + 1) * kPanelRows));
-  };
-  if (threads <= 1) {
-    for (long q = 0; q < panels; ++q) panel(q * kPanelRows, std::min(rows, (q + 1) * kPanelRows));
-    return;
-  }
-  const RoundingModel model = rounding_model();
-  const bool finite = stores_known_finite();
-  std::vector<std::thread> workers;
-  for (long t = 1; t < threads; ++t)
-    workers.emplace_back([&, t] {
-      const ScopedRoundingModel scope(model);
-      const ScopedFiniteStores stores(finite);
-      run(t);
-    });
-  run(0);
-  for (std::thread& w : workers) w.join();
+  parallel_for(panels, work < kParallelWork ? 1 : thread_limit(),
+               [&](long q, long) { panel(q * kPanelRows, std::min(rows, (q + 1) * kPanelRows)); });
 }
 
 // acc += x y, by row panels.

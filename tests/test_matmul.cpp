@@ -3,16 +3,19 @@
 // by element; and the rule's bound holds for float32 products.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <stdexcept>
 
 #include "harness/reference_run.h"
 #include "harness/suite.h"
 #include "reference/dot.h"
 #include "reference/layers.h"
 #include "reference/matmul.h"
+#include "reference/parallel.h"
 
 namespace gradeq::ref {
 namespace {
@@ -260,6 +263,35 @@ TEST(Matmul, DefaultScenariosAgreeWithTheScalarRule) {
                 spec.name.c_str(), elements, worst, worst_reference);
   }
   EXPECT_GT(tensors, 100);
+}
+
+}  // namespace
+}  // namespace gradeq::ref
+
+namespace gradeq::ref {
+namespace {
+
+// The one loop the reference (and the campaign) runs in parallel: every
+// index exactly once, on at most the threads asked for, and an exception
+// in any thread comes back to the caller.
+TEST(Parallel, EveryIndexOnceAndExceptionsComeBack) {
+  for (long threads : {1L, 2L, 5L}) {
+    std::vector<std::atomic<int>> seen(1000);
+    std::atomic<long> highest_thread{0};
+    parallel_for(1000, threads, [&](long i, long t) {
+      ++seen[static_cast<std::size_t>(i)];
+      long h = highest_thread.load();
+      while (t > h && !highest_thread.compare_exchange_weak(h, t)) {
+      }
+    });
+    for (const auto& s : seen) EXPECT_EQ(s.load(), 1);
+    EXPECT_LT(highest_thread.load(), threads);
+    EXPECT_THROW(parallel_for(100, threads,
+                              [](long i, long) {
+                                if (i == 37) throw std::runtime_error("item 37");
+                              }),
+                 std::runtime_error);
+  }
 }
 
 }  // namespace

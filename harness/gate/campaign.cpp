@@ -13,24 +13,9 @@
 #include "harness/gate/selftest_parts.h"
 #include "harness/mutants.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "reference/parallel.h"
 
 namespace gradeq::selftest_parts {
-namespace {
-
-// Runs `evaluate(case, thread)` for every case on `threads` threads.
-template <class Evaluate>
-void parallel_for(long count, int threads, Evaluate&& evaluate) {
-  std::atomic<long> next{0};
-  std::vector<std::thread> workers;
-  for (int t = 0; t < std::max(threads, 1); ++t)
-    workers.emplace_back([&, t] {
-      for (long i = next++; i < count; i = next++) evaluate(i, t);
-    });
-  for (auto& w : workers) w.join();
-}
-
-}  // namespace
-
 Campaign run_campaign(const SelfTestOptions& o, Backend& base, const ProgressSink& progress) {
   const auto start = std::chrono::steady_clock::now();
   Campaign c;
@@ -57,9 +42,9 @@ Campaign run_campaign(const SelfTestOptions& o, Backend& base, const ProgressSin
   std::vector<std::unique_ptr<Backend>> backends;
   for (int t = 0; t < o.threads; ++t) backends.push_back(std::make_unique<CpuBackend>());
   const bool host = base.name() == "cpu";
-  auto backend_for = [&](int t) -> Backend& { return host ? *backends[static_cast<std::size_t>(t)] : base; };
+  auto backend_for = [&](long t) -> Backend& { return host ? *backends[static_cast<std::size_t>(t)] : base; };
   const int threads = host ? o.threads : 1;
-  parallel_for(static_cast<long>(cases.size()), threads, [&](long i, int t) {
+  ref::parallel_for(static_cast<long>(cases.size()), threads, [&](long i, long t) {
     PropertyContext ctx{&backend_for(t), correct_loop(), o.model};
     const Evidence e = cases[i].property->check(cases[i].spec, ctx);
     std::lock_guard<std::mutex> guard(lock);
@@ -91,7 +76,7 @@ Campaign run_campaign(const SelfTestOptions& o, Backend& base, const ProgressSin
     cm.id = m.id;
     std::vector<std::unique_ptr<MutantRig>> rigs;
     for (int t = 0; t < threads; ++t) rigs.push_back(std::make_unique<MutantRig>(m, backend_for(t)));
-    parallel_for(per_mutant, threads, [&](long i, int t) {
+    ref::parallel_for(per_mutant, threads, [&](long i, long t) {
       PropertyContext ctx{rigs[static_cast<std::size_t>(t)]->backend, rigs[static_cast<std::size_t>(t)]->loop, o.model};
       const Evidence e = cases[i].property->check(cases[i].spec, ctx);
       const PrecisionSpec& precision = cases[i].spec.precision;
