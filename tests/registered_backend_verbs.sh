@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every verb of the command line on backends a program registered
 # (tests/registered_backend.cpp): list, check with --config, --dump and
-# --junit, report, sweep, selftest; and a replayed failure that runs only
+# --junit, report, plan, sweep, selftest; and a replayed failure that runs only
 # the property it replays, reporting the others as not run.
 # Usage: registered_backend_verbs.sh path/to/registered_backend
 set -u
@@ -50,6 +50,14 @@ grad=K_acc_w0_grad_layer0.weight.npy
 # report: report.json names the backend.
 run 0 "$work/r" report --backend forwarded --config "$work/mine.toml" --out "$work/report"
 grep -q '"backend": "forwarded"' "$work/report/report.json" || fail "report.json does not name the backend"
+
+# plan: the registered backend's memory measured and the split checked; a
+# budget of 1700 B holds about 4 samples (888 B + 176 B per sample on the
+# host), so 12 take several micro-batches, and the buggy backend's split
+# fails its check (exit 1).
+run 0 "$work/p1" plan --backend forwarded --config "$work/mine.toml" --budget 1700 --margin 0 --effective-batch 12
+run 1 "$work/p2" plan --backend overwriting --config "$work/mine.toml" --budget 1700 --margin 0 --effective-batch 12
+grep -q "backend forwarded" "$work/p1" || fail "plan does not name the backend"
 
 # sweep precision: a study on the backend (exit 0 for both); the buggy
 # backend's errors differ from the correct one's.
