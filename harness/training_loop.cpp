@@ -196,6 +196,11 @@ Tensor TrainingLoop::activation(std::size_t l, long rows) const {
   return Tensor{slot.data, rows, widths_[l], slot.dtype};
 }
 
+std::pair<Tensor, Tensor> TrainingLoop::saved_statistics(std::size_t l, const NormConfig& c, long rows) const {
+  const long groups = norm_geometry(c, rows, widths_[l]).group_count();
+  return {Tensor{saved_mean_[l].data, 1, groups, DType::f32}, Tensor{saved_rstd_[l].data, 1, groups, DType::f32}};
+}
+
 Tensor TrainingLoop::activation_gradient(std::size_t l, long rows) const {
   const Tensor& buffer = activation_grads_[l % 2];
   return Tensor{buffer.data, rows, widths_[l], buffer.dtype};
@@ -378,12 +383,10 @@ void TrainingLoop::forward_layer(std::size_t l, long rows, bool update_running_s
     case ref::LayerKind::group_norm:
     case ref::LayerKind::rms_norm: {
       const NormConfig c = norm_config(m, m.layers[l]);
-      const long groups = norm_geometry(c, rows, x.cols).group_count();
+      const auto [mean, rstd] = saved_statistics(l, c, rows);
       const bool running = c.kind == NormKind::batch && update_running_statistics;
       const long first_buffer = first_buffer_[l];
-      backend_.norm_forward(c, x, p[0], c.kind == NormKind::rms ? Tensor{} : p[1], y,
-                            Tensor{saved_mean_[l].data, 1, groups, DType::f32},
-                            Tensor{saved_rstd_[l].data, 1, groups, DType::f32},
+      backend_.norm_forward(c, x, p[0], c.kind == NormKind::rms ? Tensor{} : p[1], y, mean, rstd,
                             running ? buffers_[first_buffer] : Tensor{}, running ? buffers_[first_buffer + 1] : Tensor{});
       break;
     }
@@ -437,9 +440,8 @@ double TrainingLoop::forward_loss_backward(const ref::Batch& mb, float scale, co
         case ref::LayerKind::group_norm:
         case ref::LayerKind::rms_norm: {
           const NormConfig c = norm_config(m, m.layers[l]);
-          const long groups = norm_geometry(c, rows, x.cols).group_count();
-          backend_.norm_backward(c, x, p[0], dy, Tensor{saved_mean_[l].data, 1, groups, DType::f32},
-                                 Tensor{saved_rstd_[l].data, 1, groups, DType::f32}, dx, g[0],
+          const auto [mean, rstd] = saved_statistics(l, c, rows);
+          backend_.norm_backward(c, x, p[0], dy, mean, rstd, dx, g[0],
                                  c.kind == NormKind::rms ? Tensor{} : g[1]);
           break;
         }

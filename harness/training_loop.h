@@ -104,6 +104,8 @@ class TrainingLoop {
   // gradient with respect to it.
   Tensor activation(std::size_t l, long rows) const;
   Tensor activation_gradient(std::size_t l, long rows) const;
+  // A normalizer layer's saved mean and 1/sigma for `rows` rows.
+  std::pair<Tensor, Tensor> saved_statistics(std::size_t l, const NormConfig& c, long rows) const;
   // Forward, loss with `scale`, backward accumulating into `grad_targets`.
   double forward_loss_backward(const ref::Batch& micro_batch, float scale, const std::vector<Tensor>& grad_targets);
   const ref::ProcedureConfig& procedure() const { return scenario_->spec.procedure; }
