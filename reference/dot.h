@@ -142,9 +142,11 @@ class DotSources {
   // The kSharedTerms largest |coefficient| bound of `kept` stay shared; the
   // rest are folded. Ties keep the earlier entry.
   static void keep_largest(std::vector<SharedTerm>& kept, DotSums& s) {
-    std::stable_sort(kept.begin(), kept.end(), [](const SharedTerm& a, const SharedTerm& b) {
-      return std::abs(a.coefficient) * a.bound > std::abs(b.coefficient) * b.bound;
-    });
+    // A stable insertion sort: the list is short, and std::stable_sort
+    // would allocate a buffer for every dot product.
+    const auto weight = [](const SharedTerm& t) { return std::abs(t.coefficient) * t.bound; };
+    for (std::size_t i = 1; i < kept.size(); ++i)
+      for (std::size_t j = i; j > 0 && weight(kept[j]) > weight(kept[j - 1]); --j) std::swap(kept[j], kept[j - 1]);
     for (const SharedTerm& t : kept) {
       if (s.shared.count < kSharedTerms) {
         s.shared.term[s.shared.count++] = t;

@@ -9,9 +9,10 @@
 #include "reference/matmul.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
+#include <iterator>
 #include <tuple>
-#include <unordered_set>
 #include <vector>
 
 #include "reference/dot.h"
@@ -56,10 +57,29 @@ Dense product(const Dense& x, const Dense& y) {
   return out;
 }
 
-// One operand in parts, element by element.
+// What the exactness test needs of one operand's vector of the reduction.
+struct VectorFacts {
+  int max_bits = 0, min_exponent = 1 << 20;
+  bool exact = true, exact_reference = true, finite = true;
+};
+
+struct SourceEntry {
+  std::uint64_t source;
+  long k;
+  double coefficient, bound;
+};
+
+// One operand in parts, element by element, with the facts of each vector
+// of the reduction (rows of A, columns of B) and whether every part is
+// finite, and its shared terms: one pass over the operand.
 struct Parts {
   Dense value, abs, systematic, random, scale, reference, hard, nonzero;
-  explicit Parts(const Matrix<Bounded>& x)
+  std::vector<VectorFacts> facts;
+  bool finite = true;  // GEMMs would turn 0 * Inf into NaN where the rule gives 0
+  std::vector<SourceEntry> entries;    // every shared term, by vector, each vector's in reduction order
+  std::vector<long> first_entry;       // per vector, into entries; one past the end last
+  std::vector<std::uint64_t> sources;  // the distinct sources, sorted
+  Parts(const Matrix<Bounded>& x, bool by_rows)
       : value(x.rows(), x.cols()),
         abs(x.rows(), x.cols()),
         systematic(x.rows(), x.cols()),
@@ -67,43 +87,64 @@ struct Parts {
         scale(x.rows(), x.cols()),
         reference(x.rows(), x.cols()),
         hard(x.rows(), x.cols()),
-        nonzero(x.rows(), x.cols()) {
-    for (long i = 0; i < x.size(); ++i) {
-      const Bounded& b = x.data()[i];
-      value.data()[i] = b.value;
-      abs.data()[i] = std::abs(b.value);
-      systematic.data()[i] = b.kernel_parts.systematic;
-      random.data()[i] = b.kernel_parts.random;
-      scale.data()[i] = b.kernel_parts.scale;
-      reference.data()[i] = b.reference;
-      hard.data()[i] = detail::hard_total(b);
-      nonzero.data()[i] = b.value != 0.0 ? 1.0 : 0.0;
-    }
+        nonzero(x.rows(), x.cols()),
+        facts(static_cast<std::size_t>(by_rows ? x.rows() : x.cols())),
+        first_entry(facts.size() + 1, 0) {
+    for (long r = 0; r < x.rows(); ++r)
+      for (long c = 0; c < x.cols(); ++c) {
+        const long i = r * x.cols() + c;
+        const Bounded& b = x.data()[i];
+        finite = finite && std::isfinite(b.value) && std::isfinite(b.kernel_bound) && std::isfinite(b.reference);
+        value.data()[i] = b.value;
+        abs.data()[i] = std::abs(b.value);
+        systematic.data()[i] = b.kernel_parts.systematic;
+        random.data()[i] = b.kernel_parts.random;
+        scale.data()[i] = b.kernel_parts.scale;
+        reference.data()[i] = b.reference;
+        hard.data()[i] = detail::hard_total(b);
+        nonzero.data()[i] = b.value != 0.0 ? 1.0 : 0.0;
+        VectorFacts& f = facts[static_cast<std::size_t>(by_rows ? r : c)];
+        detail::DotExactness d;
+        d.add_a(b);
+        f.max_bits = std::max(f.max_bits, d.max_bits_a);
+        f.min_exponent = std::min(f.min_exponent, d.min_exponent_a);
+        f.exact = f.exact && d.exact_operands;
+        f.exact_reference = f.exact_reference && d.exact_references;
+        f.finite = f.finite && d.finite;
+        for (int t = 0; t < b.shared.count; ++t) {
+          const SharedTerm& st = b.shared.term[t];
+          entries.push_back({st.source, by_rows ? c : r, st.coefficient, st.bound});
+          // A row's few sources repeat along it: the last ones met are
+          // checked before anything else.
+          const std::size_t recent = std::min<std::size_t>(sources.size(), 2 * kSharedTerms);
+          if (std::find(sources.end() - static_cast<long>(recent), sources.end(), st.source) == sources.end())
+            sources.push_back(st.source);
+        }
+        if (!by_rows) column_of.insert(column_of.end(), static_cast<std::size_t>(b.shared.count), c);
+        if (by_rows && c + 1 == x.cols()) first_entry[static_cast<std::size_t>(r) + 1] = static_cast<long>(entries.size());
+      }
+    std::sort(sources.begin(), sources.end());
+    sources.erase(std::unique(sources.begin(), sources.end()), sources.end());
+    by_vector(by_rows);
+  }
+
+ private:
+  std::vector<long> column_of;  // by columns: each entry's column, until they are grouped
+
+  // Entries grouped by vector in a stable counting sort (by rows they
+  // already are).
+  void by_vector(bool by_rows) {
+    const std::size_t vectors = facts.size();
+    if (by_rows) return;
+    for (long c : column_of) ++first_entry[static_cast<std::size_t>(c) + 1];
+    for (std::size_t v = 1; v <= vectors; ++v) first_entry[v] += first_entry[v - 1];
+    std::vector<long> next(first_entry.begin(), first_entry.end() - 1);
+    std::vector<SourceEntry> grouped(entries.size());
+    for (std::size_t e = 0; e < entries.size(); ++e) grouped[static_cast<std::size_t>(next[static_cast<std::size_t>(column_of[e])]++)] = entries[e];
+    entries.swap(grouped);
+    column_of.clear();
   }
 };
-
-// What the exactness test needs of one operand's vector of the reduction.
-struct VectorFacts {
-  int max_bits = 0, min_exponent = 1 << 20;
-  bool exact = true, exact_reference = true, finite = true;
-};
-
-// The facts of each row of x (by_rows) or each column.
-std::vector<VectorFacts> vector_facts(const Matrix<Bounded>& x, bool by_rows) {
-  std::vector<VectorFacts> out(static_cast<std::size_t>(by_rows ? x.rows() : x.cols()));
-  for (long r = 0; r < x.rows(); ++r)
-    for (long c = 0; c < x.cols(); ++c) {
-      VectorFacts& f = out[static_cast<std::size_t>(by_rows ? r : c)];
-      detail::DotExactness d;
-      d.add_a(x(r, c));
-      f.max_bits = std::max(f.max_bits, d.max_bits_a);
-      f.min_exponent = std::min(f.min_exponent, d.min_exponent_a);
-      f.exact = f.exact && d.exact_operands;
-      f.exact_reference = f.exact_reference && d.exact_references;
-      f.finite = f.finite && d.finite;
-    }
-  return out;
-}
 
 // The shared sources of one operand, per vector of the reduction (a row
 // of A, a column of B). A source met at one element of its vector is a
@@ -122,33 +163,58 @@ struct Sources {
   std::vector<std::vector<long>> pairs_of_vector;
 };
 
-Sources gather_sources(const Matrix<Bounded>& x, bool by_rows, const std::unordered_set<std::uint64_t>& common) {
-  const long vectors = by_rows ? x.rows() : x.cols(), n = by_rows ? x.cols() : x.rows();
-  Sources s;
-  s.single_folded = Dense::Zero(x.rows(), x.cols());
-  s.single_count = Dense::Zero(x.rows(), x.cols());
-  s.multi_folded = Dense::Zero(x.rows(), x.cols());
-  s.pairs_of_vector.resize(static_cast<std::size_t>(vectors));
-  struct Entry {
-    std::uint64_t source;
-    long k;
-    double coefficient, bound;
-  };
-  std::vector<Entry> entries;
-  for (long v = 0; v < vectors; ++v) {
-    entries.clear();
-    for (long k = 0; k < n; ++k) {
-      const Bounded& b = by_rows ? x(v, k) : x(k, v);
-      for (int t = 0; t < b.shared.count; ++t)
-        entries.push_back({b.shared.term[t].source, k, b.shared.term[t].coefficient, b.shared.term[t].bound});
+// The entries in a stable order by source: grouped by source, ascending,
+// each group in the order of the reduction. A vector usually carries few
+// distinct sources (a row's statistics): they are counted into place, in
+// time linear in the entries; many are sorted.
+void group_by_source(std::vector<SourceEntry>& entries, std::vector<SourceEntry>& scratch) {
+  constexpr std::size_t kFew = 16;
+  std::array<std::uint64_t, kFew> ids;
+  std::array<long, kFew + 1> start{};
+  std::size_t distinct = 0;
+  for (const SourceEntry& e : entries) {
+    std::size_t g = 0;
+    while (g < distinct && ids[g] != e.source) ++g;
+    if (g == distinct) {
+      if (distinct == kFew) {
+        std::stable_sort(entries.begin(), entries.end(),
+                         [](const SourceEntry& a, const SourceEntry& b) { return a.source < b.source; });
+        return;
+      }
+      ids[distinct++] = e.source;
     }
-    std::stable_sort(entries.begin(), entries.end(),
-                     [](const Entry& a, const Entry& b) { return a.source < b.source; });
+  }
+  if (distinct <= 1) return;
+  std::sort(ids.begin(), ids.begin() + static_cast<long>(distinct));
+  const auto rank = [&](std::uint64_t source) {
+    std::size_t g = 0;
+    while (ids[g] != source) ++g;
+    return g;
+  };
+  for (const SourceEntry& e : entries) ++start[rank(e.source) + 1];
+  for (std::size_t g = 1; g <= distinct; ++g) start[g] += start[g - 1];
+  scratch.resize(entries.size());
+  for (const SourceEntry& e : entries) scratch[static_cast<std::size_t>(start[rank(e.source)]++)] = e;
+  entries.swap(scratch);
+}
+
+Sources gather_sources(const Parts& x, bool by_rows, const std::vector<std::uint64_t>& common) {
+  const long vectors = static_cast<long>(x.facts.size());
+  Sources s;
+  s.single_folded = Dense::Zero(x.value.rows(), x.value.cols());
+  s.single_count = Dense::Zero(x.value.rows(), x.value.cols());
+  s.multi_folded = Dense::Zero(x.value.rows(), x.value.cols());
+  s.pairs_of_vector.resize(static_cast<std::size_t>(vectors));
+  std::vector<SourceEntry> entries, scratch;
+  for (long v = 0; v < vectors; ++v) {
+    entries.assign(x.entries.begin() + x.first_entry[static_cast<std::size_t>(v)],
+                   x.entries.begin() + x.first_entry[static_cast<std::size_t>(v) + 1]);
+    group_by_source(entries, scratch);
     for (std::size_t i = 0; i < entries.size();) {
       std::size_t j = i;
       while (j < entries.size() && entries[j].source == entries[i].source) ++j;
       const auto at = [&](long k) -> std::pair<long, long> { return by_rows ? std::pair{v, k} : std::pair{k, v}; };
-      const bool shared_by_both = common.count(entries[i].source) > 0;
+      const bool shared_by_both = std::binary_search(common.begin(), common.end(), entries[i].source);
       if (j - i == 1 && !shared_by_both) {
         const auto [r, c] = at(entries[i].k);
         s.single_folded(r, c) += std::abs(entries[i].coefficient) * entries[i].bound;
@@ -217,25 +283,11 @@ std::pair<Dense, Dense> pair_sums(const Sources& s, const Dense& y, const Dense&
   return {std::move(merged), std::move(terms)};
 }
 
-// Whether every part is finite (GEMMs would turn 0 * Inf into NaN where the
-// rule gives 0), and the sources both operands carry.
-bool all_finite(const Matrix<Bounded>& x) {
-  for (long i = 0; i < x.size(); ++i) {
-    const Bounded& b = x.data()[i];
-    if (!std::isfinite(b.value) || !std::isfinite(b.kernel_bound) || !std::isfinite(b.reference)) return false;
-  }
-  return true;
-}
-
-std::unordered_set<std::uint64_t> common_sources(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
-  std::unordered_set<std::uint64_t> in_a, common;
-  for (long i = 0; i < a.size(); ++i)
-    for (int t = 0; t < a.data()[i].shared.count; ++t) in_a.insert(a.data()[i].shared.term[t].source);
-  if (in_a.empty()) return common;
-  for (long i = 0; i < b.size(); ++i)
-    for (int t = 0; t < b.data()[i].shared.count; ++t)
-      if (in_a.count(b.data()[i].shared.term[t].source)) common.insert(b.data()[i].shared.term[t].source);
-  return common;
+// The sources both operands carry, sorted.
+std::vector<std::uint64_t> common_sources(const Parts& a, const Parts& b) {
+  std::vector<std::uint64_t> out;
+  std::set_intersection(a.sources.begin(), a.sources.end(), b.sources.begin(), b.sources.end(), std::back_inserter(out));
+  return out;
 }
 
 thread_local bool by_rule = false;
@@ -262,9 +314,10 @@ Matrix<Bounded> matmul_by_rule(const Matrix<Bounded>& a, const Matrix<Bounded>& 
 }
 
 Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
-  if (by_rule || !all_finite(a) || !all_finite(b)) return matmul_by_rule(a, b);
+  if (by_rule) return matmul_by_rule(a, b);
   const long m = a.rows(), n = a.cols(), p = b.cols();
-  const Parts pa(a), pb(b);
+  const Parts pa(a, true), pb(b, false);
+  if (!pa.finite || !pb.finite) return matmul_by_rule(a, b);
   // The values and the sums of the rule, one GEMM each.
   const Dense value = matmul(pa.value, pb.value);
   const Dense abs_product = product(pa.abs, pb.abs);
@@ -282,8 +335,8 @@ Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
   // Shared sources: singletons folded by GEMMs; each pair's merged
   // coefficient and its number of terms, by GEMMs over coefficient rows
   // (or, where the other operand has no zero, the pair's own count).
-  const std::unordered_set<std::uint64_t> common = common_sources(a, b);
-  const Sources sa = gather_sources(a, true, common), sb = gather_sources(b, false, common);
+  const std::vector<std::uint64_t> common = common_sources(pa, pb);
+  const Sources sa = gather_sources(pa, true, common), sb = gather_sources(pb, false, common);
   Dense single_folded = product(sa.single_folded, pb.abs);
   add_product(single_folded, pa.abs, sb.single_folded);
   Dense multi_folded = product(sa.multi_folded, pb.abs);
@@ -320,7 +373,7 @@ Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
   // magnitude: the sums above, added.
   const Dense magnitude = abs_product + systematic + random + single_folded + multi_folded;
 
-  const std::vector<VectorFacts> fa = vector_facts(a, true), fb = vector_facts(b, false);
+  const std::vector<VectorFacts> &fa = pa.facts, &fb = pb.facts;
   Matrix<Bounded> out(m, p);
   for_panels(m, static_cast<double>(m) * static_cast<double>(p) * 64.0, [&](long i0, long i1) {
     struct Candidate {
