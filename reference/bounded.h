@@ -181,14 +181,21 @@ struct SharedTerms {
   // Copies only the `count` terms in use: most values have none, and a
   // copy of the whole array, just after its parts were written one by one,
   // stalls on store forwarding in the hottest paths of the reference.
+  // The loop runs to the constant kSharedTerms so that it unrolls into a
+  // few moves; a loop to `count` became a call to memmove per copy, the
+  // largest single cost of the reference.
   SharedTerms() = default;
-  SharedTerms(const SharedTerms& o) : count(o.count) {
-    for (int i = 0; i < o.count; ++i) term[i] = o.term[i];
-  }
+  SharedTerms(const SharedTerms& o) : count(o.count) { copy_terms(o); }
   SharedTerms& operator=(const SharedTerms& o) {
     count = o.count;
-    for (int i = 0; i < o.count; ++i) term[i] = o.term[i];
+    copy_terms(o);
     return *this;
+  }
+
+ private:
+  void copy_terms(const SharedTerms& o) {
+    for (int i = 0; i < kSharedTerms; ++i)
+      if (i < o.count) term[i] = o.term[i];
   }
 };
 
