@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -184,9 +185,11 @@ struct SharedTerms {
   // The loop runs to the constant kSharedTerms so that it unrolls into a
   // few moves; a loop to `count` became a call to memmove per copy, the
   // largest single cost of the reference.
+  // noexcept: Bounded, and so Matrix<Bounded>, must be nothrow movable,
+  // or every vector of tensors copies them all when it grows.
   SharedTerms() = default;
-  SharedTerms(const SharedTerms& o) : count(o.count) { copy_terms(o); }
-  SharedTerms& operator=(const SharedTerms& o) {
+  SharedTerms(const SharedTerms& o) noexcept : count(o.count) { copy_terms(o); }
+  SharedTerms& operator=(const SharedTerms& o) noexcept {
     count = o.count;
     copy_terms(o);
     return *this;
@@ -219,6 +222,7 @@ struct Bounded {
   static Bounded with_parts(double v, const ErrorParts& e, double r) { return with_shared(v, e, SharedTerms{}, r); }
   static Bounded with_shared(double v, const ErrorParts& e, const SharedTerms& s, double r);
 };
+static_assert(std::is_nothrow_move_constructible_v<Bounded> && std::is_nothrow_copy_assignable_v<Bounded>);
 
 namespace detail {
 // c times an error; an exactly zero factor leaves no error, even where a
