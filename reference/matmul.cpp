@@ -164,9 +164,11 @@ struct Sources {
 };
 
 // The entries in a stable order by source: grouped by source, ascending,
-// each group in the order of the reduction. A vector usually carries few
-// distinct sources (a row's statistics): they are counted into place, in
-// time linear in the entries; many are sorted.
+// each group in the order of the reduction. The order of the groups only
+// decides which of two equally large shared terms a result keeps (the
+// rule's ties); ascending ids make that the same in both paths below. A
+// vector usually carries few distinct sources (a row's statistics): they
+// are counted into place, in time linear in the entries; many are sorted.
 void group_by_source(std::vector<SourceEntry>& entries, std::vector<SourceEntry>& scratch) {
   constexpr std::size_t kFew = 16;
   std::array<std::uint64_t, kFew> ids;
