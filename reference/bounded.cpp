@@ -1,6 +1,8 @@
 // bounded.cpp — the thread-local rounding model and the reduction gamma.
 #include "reference/bounded.h"
 
+#include <bit>
+
 namespace gradeq::ref {
 namespace {
 thread_local OverflowTally tally;
@@ -30,14 +32,34 @@ ScopedRoundingModel::ScopedRoundingModel(const RoundingModel& model)
 }
 ScopedRoundingModel::~ScopedRoundingModel() { detail::active_rounding_model = previous_; }
 
+// The bits of a finite nonzero double: |x| = mantissa 2^exponent with an
+// integer mantissa (53 bits when normal, fewer when subnormal). Read from
+// the representation: frexp / ldexp calls were a few percent of the
+// reference's time.
+namespace {
+struct Bits {
+  std::uint64_t mantissa;
+  int exponent;
+};
+Bits bits_of(double x) {
+  const auto b = std::bit_cast<std::uint64_t>(x);
+  const int biased = static_cast<int>((b >> 52) & 0x7ff);
+  const std::uint64_t fraction = b & ((std::uint64_t{1} << 52) - 1);
+  if (biased == 0) return {fraction, -1074};
+  return {fraction | (std::uint64_t{1} << 52), biased - 1075};
+}
+// The exponent of x's highest set bit: floor(log2 |x|).
+int top_exponent(const Bits& b) { return b.exponent + 63 - std::countl_zero(b.mantissa); }
+}  // namespace
+
 bool representable(double v, int significand_bits, int min_exponent) {
   if (v == 0.0) return true;
   if (!std::isfinite(v)) return false;
-  int e = 0;
-  std::frexp(v, &e);  // |v| = m 2^e, m in [0.5, 1)
-  const int exponent = std::max(e - 1, min_exponent);
-  const double scaled = std::ldexp(v, significand_bits - 1 - exponent);  // v / ulp(v), exact
-  return scaled == std::trunc(scaled);
+  // v is a multiple of its ulp in the format: its lowest set bit is at or
+  // above the ulp's exponent.
+  const Bits b = bits_of(v);
+  const int ulp_exponent = std::max(top_exponent(b), min_exponent) - (significand_bits - 1);
+  return b.exponent + std::countr_zero(b.mantissa) >= ulp_exponent;
 }
 
 double round_to_format(double v, int significand_bits, int min_exponent) {
@@ -50,10 +72,8 @@ double round_to_format(double v, int significand_bits, int min_exponent) {
 }
 
 int granularity_exponent(double x) {
-  int e = 0;
-  const double m = std::frexp(x, &e);  // x = m 2^e; m has 53 bits
-  const auto mantissa = static_cast<long long>(std::ldexp(std::abs(m), 53));
-  return e - 53 + __builtin_ctzll(static_cast<unsigned long long>(mantissa));
+  const Bits b = bits_of(x);
+  return b.exponent + std::countr_zero(b.mantissa);
 }
 
 double a_priori_margin(long n) {
@@ -69,10 +89,8 @@ double reduction_gamma(long n, double u) {
 
 int significant_bits(double x) {
   if (x == 0.0 || !std::isfinite(x)) return 0;
-  int e = 0;
-  const double m = std::frexp(std::abs(x), &e);
-  const auto mantissa = static_cast<unsigned long long>(std::ldexp(m, 53));
-  return 53 - __builtin_ctzll(mantissa);
+  const Bits b = bits_of(x);
+  return 64 - std::countl_zero(b.mantissa) - std::countr_zero(b.mantissa);
 }
 
 }  // namespace gradeq::ref

@@ -160,7 +160,10 @@ struct Sources {
   std::vector<long> vector;                         // per pair
   std::vector<SharedTerm> term;                     // per pair: source and bound
   std::vector<char> common;                         // per pair: the other operand carries the source too
-  std::vector<std::vector<long>> pairs_of_vector;
+  std::vector<long> first_pair;                     // per vector, into the pairs (a vector's pairs are consecutive); one past the end last
+
+  // The pairs of vector v: [begin, end).
+  std::pair<long, long> pairs_of(long v) const { return {first_pair[static_cast<std::size_t>(v)], first_pair[static_cast<std::size_t>(v) + 1]}; }
 };
 
 // The entries in a stable order by source: grouped by source, ascending,
@@ -206,9 +209,10 @@ Sources gather_sources(const Parts& x, bool by_rows, const std::vector<std::uint
   s.single_folded = Dense::Zero(x.value.rows(), x.value.cols());
   s.single_count = Dense::Zero(x.value.rows(), x.value.cols());
   s.multi_folded = Dense::Zero(x.value.rows(), x.value.cols());
-  s.pairs_of_vector.resize(static_cast<std::size_t>(vectors));
+  s.first_pair.reserve(static_cast<std::size_t>(vectors) + 1);
   std::vector<SourceEntry> entries, scratch;
   for (long v = 0; v < vectors; ++v) {
+    s.first_pair.push_back(static_cast<long>(s.term.size()));
     entries.assign(x.entries.begin() + x.first_entry[static_cast<std::size_t>(v)],
                    x.entries.begin() + x.first_entry[static_cast<std::size_t>(v) + 1]);
     group_by_source(entries, scratch);
@@ -222,7 +226,6 @@ Sources gather_sources(const Parts& x, bool by_rows, const std::vector<std::uint
         s.single_folded(r, c) += std::abs(entries[i].coefficient) * entries[i].bound;
         s.single_count(r, c) += 1.0;
       } else {
-        s.pairs_of_vector[static_cast<std::size_t>(v)].push_back(static_cast<long>(s.term.size()));
         s.vector.push_back(v);
         s.term.push_back({entries[i].source, 0.0, entries[i].bound});
         s.common.push_back(shared_by_both);
@@ -238,6 +241,7 @@ Sources gather_sources(const Parts& x, bool by_rows, const std::vector<std::uint
     }
   }
   s.first.push_back(static_cast<long>(s.entry_k.size()));
+  s.first_pair.push_back(static_cast<long>(s.term.size()));
   return s;
 }
 
@@ -356,7 +360,8 @@ Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
   const auto live_pairs_exceed = [](const Sources& s, long vectors) {
     for (long v = 0; v < vectors; ++v) {
       long live = 0;
-      for (long q : s.pairs_of_vector[static_cast<std::size_t>(v)])
+      const auto [q0, q1] = s.pairs_of(v);
+      for (long q = q0; q < q1; ++q)
         for (long e = s.first[q]; e < s.first[q + 1]; ++e)
           if (s.entry_c[e] != 0.0) {
             ++live;
@@ -401,14 +406,13 @@ Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
           // Each source's merged coefficient and entries in this dot
           // product; a source both operands carry has a pair on each side.
           candidates.clear();
-          const auto& pairs_a = sa.pairs_of_vector[static_cast<std::size_t>(i)];
-          const auto& pairs_b = sb.pairs_of_vector[static_cast<std::size_t>(j)];
-          const auto other_side = [&](const Sources& other, const std::vector<long>& pairs, std::uint64_t source) {
-            for (long q : pairs)
+          const std::pair<long, long> pairs_a = sa.pairs_of(i), pairs_b = sb.pairs_of(j);
+          const auto other_side = [&](const Sources& other, std::pair<long, long> pairs, std::uint64_t source) {
+            for (long q = pairs.first; q < pairs.second; ++q)
               if (other.term[q].source == source) return q;
             return -1L;
           };
-          for (long q : pairs_a) {
+          for (long q = pairs_a.first; q < pairs_a.second; ++q) {
             Candidate c{sa.term[q], merged_a(q, j), terms_a(q, j)};
             if (sa.common[q]) {
               const long qb = other_side(sb, pairs_b, c.term.source);
@@ -419,7 +423,7 @@ Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
             }
             candidates.push_back(c);
           }
-          for (long q : pairs_b)
+          for (long q = pairs_b.first; q < pairs_b.second; ++q)
             if (!sb.common[q] || other_side(sa, pairs_a, sb.term[q].source) < 0)
               candidates.push_back({sb.term[q], merged_b(q, i), terms_b(q, i)});
           // Distinct sources, as ref::dot counts them.

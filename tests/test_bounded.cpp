@@ -1,15 +1,19 @@
 // The Bounded scalar's bounds hold: random expressions evaluated in float32
 // stay within the propagated kernel bound of the exact (float64) value, and
 // exact float32 arithmetic is recognised as exact.
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <random>
+#include <utility>
 
 #include <gtest/gtest.h>
 
 #include "harness/tolerance.h"
 #include "kernels/element_math.h"
 #include "reference/bounded.h"
+#include "reference/dot.h"
 #include "reference/layers.h"
 #include "reference/losses.h"
 
@@ -25,6 +29,44 @@ struct Pair {
 Pair leaf(double v) {
   const float f = static_cast<float>(v);
   return {f, Bounded(static_cast<double>(f))};
+}
+
+// The exactness facts read a double's bits: its lowest set bit
+// (granularity_exponent), its significant bits, and whether it is a value
+// of a narrower format (representable). Checked against their definitions
+// in arithmetic, on normal and subnormal doubles of every sign and scale.
+TEST(Bounded, BitLevelFactsMatchTheirDefinitions) {
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<int> exponent(-1080, 1000), bits(1, 53);
+  for (int trial = 0; trial < 200000; ++trial) {
+    // A random odd integer of `b` bits times 2^e: its lowest set bit is at
+    // e, it has b significant bits (fewer where 2^e underflows).
+    const int b = bits(rng);
+    const std::uint64_t odd = (rng() >> (64 - b)) | 1 | (std::uint64_t{1} << (b - 1));
+    const double x = std::ldexp(static_cast<double>(odd), exponent(rng)) * (trial % 2 ? -1.0 : 1.0);
+    if (x == 0.0 || !std::isfinite(x)) continue;
+    int e = 0;
+    const double m = std::frexp(std::abs(x), &e);
+    const auto mantissa = static_cast<std::uint64_t>(std::ldexp(m, 53));  // x = mantissa 2^(e-53), exactly
+    const int lowest = std::countr_zero(mantissa);
+    ASSERT_EQ(granularity_exponent(x), e - 53 + lowest) << x;
+    ASSERT_EQ(significant_bits(x), 53 - lowest) << x;
+    // x is a multiple of its ulp in a format of p bits whose smallest
+    // normal exponent is e_min (float32, bfloat16, float16).
+    for (const auto& [p, e_min] : {std::pair{24, -126}, std::pair{8, -126}, std::pair{11, -14}}) {
+      const double scaled = std::ldexp(x, p - 1 - std::max(e - 1, e_min));  // x / ulp, exact
+      ASSERT_EQ(representable(x, p, e_min), scaled == std::trunc(scaled)) << x << " p=" << p;
+    }
+    if (std::abs(x) <= static_cast<double>(std::numeric_limits<float>::max())) {
+      ASSERT_EQ(representable(x, 24, -126), static_cast<double>(static_cast<float>(x)) == x) << x;
+    }
+  }
+  EXPECT_TRUE(representable(0.0, 24, -126));
+  EXPECT_FALSE(representable(std::numeric_limits<double>::infinity(), 24, -126));
+  EXPECT_EQ(significant_bits(0.0), 0);
+  EXPECT_EQ(granularity_exponent(std::numeric_limits<double>::denorm_min()), -1074);
+  EXPECT_EQ(granularity_exponent(0.75), -2);
+  EXPECT_EQ(significant_bits(0.75), 2);
 }
 
 TEST(Bounded, RandomExpressionsStayWithinTheirBound) {
