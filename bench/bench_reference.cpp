@@ -2,10 +2,16 @@
 // with its error bounds: a GEMM with its bound (ref::matmul on Bounded
 // operands, reference/matmul.h) and a whole accumulation window, each
 // reported as a fraction of a plain float64 GEMM of the same shape measured
-// in the same run (bench/ceiling.h), in wall-clock time (the reference uses
-// every core). The rate counted is that of the values
-// alone (2 m n p per product), so the fraction says what the bounds cost.
+// in the same run (bench/ceiling.h), in wall-clock time. The GEMMs run
+// twice, on one thread and on every core (GRADEQ_THREADS), each against the
+// ceiling with as many threads: the float64 GEMM scales with the cores
+// while part of the bound's work is per element, so a fraction across
+// thread counts would say more about the machine than about the reference.
+// The rate counted is that of the values alone (2 m n p per product), so
+// the fraction says what the bounds cost.
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "bench/ceiling.h"
@@ -44,6 +50,24 @@ Matrix<Bounded> activation(long rows, long cols, std::uint64_t seed) {
 
 Matrix<Bounded> exact(const Matrix<double>& v) { return ref::lift<Bounded>(v); }
 
+// The reference's thread limit for one benchmark: `threads` (0: every
+// core, the default), and the label that pairs a rate with the ceiling
+// measured under the same limit.
+class ScopedThreads {
+ public:
+  explicit ScopedThreads(long threads) {
+    if (threads > 0) ::setenv("GRADEQ_THREADS", std::to_string(threads).c_str(), 1);
+    label_ = threads > 0 ? " on " + std::to_string(threads) + " thread" + (threads > 1 ? "s" : "") : " on every core";
+  }
+  ~ScopedThreads() { ::unsetenv("GRADEQ_THREADS"); }
+  ScopedThreads(const ScopedThreads&) = delete;
+  ScopedThreads& operator=(const ScopedThreads&) = delete;
+  const std::string& label() const { return label_; }
+
+ private:
+  std::string label_;
+};
+
 double gemm_flops(long m, long n, long p) {
   return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(p);
 }
@@ -51,12 +75,13 @@ double gemm_flops(long m, long n, long p) {
 // The ceiling: a plain float64 GEMM, Eigen, the reference's own panels.
 void BM_CeilingGemmFloat64(benchmark::State& state) {
   const long m = state.range(0), n = state.range(1), p = state.range(2);
+  const ScopedThreads threads(state.range(3));
   const Matrix<double> a = random_matrix(m, n, 1), b = random_matrix(n, p, 2);
   for (auto _ : state) {
     Matrix<double> c = ref::matmul(a, b);
     benchmark::DoNotOptimize(c.data());
   }
-  state.SetLabel(bench::shape_label(m, n, p));
+  state.SetLabel(bench::shape_label(m, n, p) + threads.label());
   state.counters["f64_flops_per_s"] = benchmark::Counter(gemm_flops(m, n, p), benchmark::Counter::kIsIterationInvariantRate);
 }
 
@@ -64,12 +89,13 @@ void BM_CeilingGemmFloat64(benchmark::State& state) {
 // layer's forward product with its bound.
 void BM_ReferenceGemmWithBound(benchmark::State& state) {
   const long m = state.range(0), n = state.range(1), p = state.range(2);
+  const ScopedThreads threads(state.range(3));
   const Matrix<Bounded> a = activation(m, n, 3), b = exact(random_matrix(n, p, 4));
   for (auto _ : state) {
     Matrix<Bounded> c = ref::matmul(a, b);
     benchmark::DoNotOptimize(c.data());
   }
-  state.SetLabel(bench::shape_label(m, n, p));
+  state.SetLabel(bench::shape_label(m, n, p) + threads.label());
   state.counters["f64_flops_per_s"] = benchmark::Counter(gemm_flops(m, n, p), benchmark::Counter::kIsIterationInvariantRate);
 }
 
@@ -105,23 +131,24 @@ void BM_ReferenceWindow(benchmark::State& state) {
     benchmark::DoNotOptimize(r.after.params.data());
   }
   const double flops = 3.0 * (gemm_flops(rows, h, 4 * h) + gemm_flops(rows, 4 * h, h));
-  state.SetLabel(bench::shape_label(rows, h, 4 * h));
+  state.SetLabel(bench::shape_label(rows, h, 4 * h) + " on every core");
   state.counters["f64_flops_per_s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// threads: 1, or 0 for every core. The window runs on every core only.
 BENCHMARK(BM_CeilingGemmFloat64)
-    ->ArgNames({"m", "n", "p"})
-    ->Args({256, 256, 256})
-    ->Args({1024, 768, 768})
-    ->Args({256, 16, 64})
-    ->Args({256, 32, 128})
-    ->Args({256, 64, 256})
+    ->ArgNames({"m", "n", "p", "threads"})
+    ->ArgsProduct({{256}, {256}, {256}, {1, 0}})
+    ->ArgsProduct({{1024}, {768}, {768}, {1, 0}})
+    ->Args({256, 16, 64, 0})
+    ->Args({256, 32, 128, 0})
+    ->Args({256, 64, 256, 0})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ReferenceGemmWithBound)
-    ->ArgNames({"m", "n", "p"})
-    ->Args({256, 256, 256})
-    ->Args({1024, 768, 768})
+    ->ArgNames({"m", "n", "p", "threads"})
+    ->ArgsProduct({{256}, {256}, {256}, {1, 0}})
+    ->ArgsProduct({{1024}, {768}, {768}, {1, 0}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ReferenceWindow)->ArgName("h")->Arg(16)->Arg(32)->Arg(64)->UseRealTime()->Unit(benchmark::kMillisecond);
