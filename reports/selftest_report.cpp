@@ -26,6 +26,7 @@ nlohmann::json selftest_json(const SelfTestReport& r) {
                      {"property", c.property},
                      {"caught", c.caught},
                      {"cases_before_failure", c.run.cases},
+                     {"worst_ratio", json_number(c.run.worst_ratio)},
                      {"counterexample", c.run.counterexample},
                      {"counterexample_samples", c.counterexample_samples},
                      {"counterexample_parameters", c.counterexample_parameters},
@@ -97,6 +98,10 @@ std::string selftest_markdown(const SelfTestReport& r) {
        << "that runs the backend is run against correct code (it must pass) and against one mutant per catalogued "
           "bug (docs/BUGS.md; kernels/mutants): each mutant must be caught by at least one property, with a "
           "shrunk counterexample.\n\n";
+    if (r.suite == "scale")
+      md << "The scale suite's named scenarios run too, as one check (`" << kScenariosCheck
+         << "`): each must pass on correct code, and a mutant is caught by the first one it fails (its name is "
+            "the counterexample).\n\n";
   }
   const std::vector<std::string> survivors = r.survivors();
   if (!survivors.empty()) {

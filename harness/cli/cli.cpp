@@ -684,7 +684,9 @@ int run_selftest_command(const SelfTestArgs& a) {
   options.campaign_cases = a.campaign;
   options.campaign_mutant_cases = a.campaign_mutant_cases;
   options.threads = a.threads;
-  options.size = size_tier_of(a.size);
+  options.size = size_tier_of(a.size_given ? a.size : (a.suite == "scale" ? "large" : "small"));
+  options.suite = a.suite;
+  if (a.suite == "scale") options.scenarios = scale_scenarios();
   const ProgressSink progress = make_progress();
   const SelfTestReport report = run_selftest(options, *backend, progress);
   end_progress();
@@ -767,9 +769,10 @@ int run_cli(int argc, char** argv) {
   selftest->add_option("--out", selftest_args.out_dir, "Write selftest.json and selftest.md here");
   add_size_option(*selftest, selftest_args.size);
   selftest->add_option("--suite", selftest_args.suite,
-                       "default (every property against the single-process mutants) or data_parallel (the "
-                       "data-parallel mutants, under mpirun -np W with W >= 2)")
-      ->check(CLI::IsMember({"default", "data_parallel"}));
+                       "default (every property against the single-process mutants), scale (the same on large "
+                       "shapes, and the scale suite's scenarios against them) or data_parallel (the data-parallel "
+                       "mutants, under mpirun -np W with W >= 2)")
+      ->check(CLI::IsMember({"default", "scale", "data_parallel"}));
   add_timeout_option(*selftest, selftest_args.timeout);
 
   PlanArgs plan_args;

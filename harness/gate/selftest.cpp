@@ -3,6 +3,7 @@
 // campaign are in b16_threshold.cpp and campaign.cpp.
 #include "harness/gate/selftest.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "harness/gate/selftest_parts.h"
@@ -27,6 +28,35 @@ long parameter_count(const ScenarioSpec& s) {
   long n = 0;
   for (const ref::ParameterInfo& p : ref::parameter_layout(s.model)) n += p.rows * p.cols;
   return n;
+}
+
+// The named scenarios as one check: each run in turn, until one fails.
+// The failing scenario is the counterexample; worst_ratio is the largest
+// error/bound of the verdicts that passed.
+PropertyRun run_scenarios(const std::vector<ScenarioSpec>& scenarios, Backend& backend, const LoopFactory& loop,
+                          const ErrorModel& model, const std::string& label, const ProgressSink& progress) {
+  const auto start = std::chrono::steady_clock::now();
+  PropertyRun run;
+  run.name = kScenariosCheck;
+  run.passed = true;
+  for (const ScenarioSpec& spec : scenarios) {
+    if (progress)
+      progress("selftest: " + label + ", scenario " + spec.name + " [" + std::to_string(run.cases + 1) + "/" +
+               std::to_string(scenarios.size()) + "]");
+    const ScenarioResult r = check_scenario(spec, backend, loop, model);
+    for (const Verdict* v : {&r.math, &r.kernel, &r.accumulation})
+      if (v->status == Status::pass) run.worst_ratio = std::max(run.worst_ratio, v->worst_ratio);
+    if (!r.passed()) {
+      run.passed = false;
+      run.counterexample = spec.name;
+      run.counterexample_spec = spec;
+      run.message = spec.name + ": " + r.first_failure();
+      break;
+    }
+    ++run.cases;
+  }
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return run;
 }
 
 }  // namespace
@@ -54,6 +84,7 @@ SelfTestReport run_selftest(const SelfTestOptions& o, Backend& backend, const Pr
   report.seed = o.seed;
   report.cases = o.cases;
   report.size = o.size;
+  report.suite = o.suite;
   set_size_tier(o.size);
   const std::vector<const Property*> properties = selftest_parts::backend_properties();
   PropertyRunConfig config;
@@ -64,6 +95,7 @@ SelfTestReport run_selftest(const SelfTestOptions& o, Backend& backend, const Pr
     config.seed = name_seed(o.seed, p->name);
     report.correct.push_back(run_property(*p, ctx, config));
   }
+  if (!o.scenarios.empty()) report.correct.push_back(run_scenarios(o.scenarios, backend, correct_loop(), o.model, "correct code", progress));
   for (const Mutant& m : mutants_for(backend)) {
     MutantSummary summary{m.id, m.bug, m.source, {}};
     MutantRig rig(m, backend);
@@ -78,6 +110,16 @@ SelfTestReport run_selftest(const SelfTestOptions& o, Backend& backend, const Pr
         cell.counterexample_parameters = parameter_count(*cell.run.counterexample_spec);
       }
       if (cell.caught) summary.caught_by.push_back(p->name);
+      report.cells.push_back(std::move(cell));
+    }
+    if (!o.scenarios.empty()) {
+      KillCell cell{m.id, kScenariosCheck, false, run_scenarios(o.scenarios, *rig.backend, rig.loop, o.model, "mutant " + m.id, progress), 0, 0};
+      cell.caught = !cell.run.passed;
+      if (cell.run.counterexample_spec) {
+        cell.counterexample_samples = total_samples(cell.run.counterexample_spec->split);
+        cell.counterexample_parameters = parameter_count(*cell.run.counterexample_spec);
+      }
+      if (cell.caught) summary.caught_by.push_back(kScenariosCheck);
       report.cells.push_back(std::move(cell));
     }
     report.mutants.push_back(summary);

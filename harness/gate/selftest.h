@@ -29,7 +29,15 @@ struct SelfTestOptions {
   int threads = 2;
   ErrorModel model;
   SizeTier size = SizeTier::small;  // of the generated shapes
+  // Named scenarios (the scale suite's) run on correct code, where each
+  // must pass, and against every mutant, which one of them must fail: as
+  // one check, kScenariosCheck, that stops at the first scenario a mutant
+  // fails (a property stops at its first failing case).
+  std::vector<ScenarioSpec> scenarios;
+  std::string suite = "default";  // the name reports give the run: default or scale
 };
+
+inline constexpr const char* kScenariosCheck = "SuiteScenarios";
 
 struct KillCell {
   std::string mutant, property;
@@ -94,6 +102,8 @@ struct Campaign {
 struct SelfTestReport {
   std::string backend;
   // "default": generated cases against the single-process mutants;
+  // "scale": the same on large shapes, and the scale suite's named
+  // scenarios against them (kScenariosCheck);
   // "data_parallel": the suite's named scenarios on `ranks` ranks against
   // the data-parallel mutants (no generated cases, nothing to shrink).
   std::string suite = "default";
