@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "harness/gate/selftest_parts.h"
+#include "harness/memory.h"
 #include "harness/mutants.h"
 #include "harness/tolerance.h"
 
@@ -30,20 +31,24 @@ long parameter_count(const ScenarioSpec& s) {
   return n;
 }
 
-// The named scenarios as one check: each run in turn, until one fails.
-// The failing scenario is the counterexample; worst_ratio is the largest
-// error/bound of the verdicts that passed.
-PropertyRun run_scenarios(const std::vector<ScenarioSpec>& scenarios, Backend& backend, const LoopFactory& loop,
-                          const ErrorModel& model, const std::string& label, const ProgressSink& progress) {
+// The named scenarios as one check: each run in turn, until one fails, and
+// each checked as the gate checks it (the run's seed mixed into the
+// scenario's; its peak memory against the prediction). The failing scenario
+// is the counterexample; worst_ratio is the largest error/bound of the
+// verdicts that passed.
+PropertyRun run_scenarios(const std::vector<ScenarioSpec>& scenarios, const SelfTestOptions& o, Backend& backend,
+                          const LoopFactory& loop, const std::string& label, const ProgressSink& progress) {
   const auto start = std::chrono::steady_clock::now();
   PropertyRun run;
   run.name = kScenariosCheck;
   run.passed = true;
-  for (const ScenarioSpec& spec : scenarios) {
+  for (ScenarioSpec spec : scenarios) {
+    spec.seed = mix_seed(o.seed, spec.seed);
     if (progress)
       progress("selftest: " + label + ", scenario " + spec.name + " [" + std::to_string(run.cases + 1) + "/" +
                std::to_string(scenarios.size()) + "]");
-    const ScenarioResult r = check_scenario(spec, backend, loop, model);
+    ScenarioResult r = check_scenario(spec, backend, loop, o.model);
+    predict_memory(r.memory, spec, backend, loop);
     for (const Verdict* v : {&r.math, &r.kernel, &r.accumulation})
       if (v->status == Status::pass) run.worst_ratio = std::max(run.worst_ratio, v->worst_ratio);
     if (!r.passed()) {
@@ -95,7 +100,8 @@ SelfTestReport run_selftest(const SelfTestOptions& o, Backend& backend, const Pr
     config.seed = name_seed(o.seed, p->name);
     report.correct.push_back(run_property(*p, ctx, config));
   }
-  if (!o.scenarios.empty()) report.correct.push_back(run_scenarios(o.scenarios, backend, correct_loop(), o.model, "correct code", progress));
+  if (!o.scenarios.empty())
+    report.correct.push_back(run_scenarios(o.scenarios, o, backend, correct_loop(), "correct code", progress));
   for (const Mutant& m : mutants_for(backend)) {
     MutantSummary summary{m.id, m.bug, m.source, {}};
     MutantRig rig(m, backend);
@@ -113,7 +119,8 @@ SelfTestReport run_selftest(const SelfTestOptions& o, Backend& backend, const Pr
       report.cells.push_back(std::move(cell));
     }
     if (!o.scenarios.empty()) {
-      KillCell cell{m.id, kScenariosCheck, false, run_scenarios(o.scenarios, *rig.backend, rig.loop, o.model, "mutant " + m.id, progress), 0, 0};
+      KillCell cell{m.id, kScenariosCheck, false,
+                    run_scenarios(o.scenarios, o, *rig.backend, rig.loop, "mutant " + m.id, progress), 0, 0};
       cell.caught = !cell.run.passed;
       if (cell.run.counterexample_spec) {
         cell.counterexample_samples = total_samples(cell.run.counterexample_spec->split);
