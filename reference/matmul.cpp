@@ -160,10 +160,15 @@ struct Sources {
   std::vector<long> vector;                         // per pair
   std::vector<SharedTerm> term;                     // per pair: source and bound
   std::vector<char> common;                         // per pair: the other operand carries the source too
-  std::vector<long> first_pair;                     // per vector, into the pairs (a vector's pairs are consecutive); one past the end last
+  // Per vector, into the pairs (a vector's pairs are consecutive); one past
+  // the end last.
+  std::vector<long> first_pair;
 
   // The pairs of vector v: [begin, end).
-  std::pair<long, long> pairs_of(long v) const { return {first_pair[static_cast<std::size_t>(v)], first_pair[static_cast<std::size_t>(v) + 1]}; }
+  std::pair<long, long> pairs_of(long v) const {
+    const auto i = static_cast<std::size_t>(v);
+    return {first_pair[i], first_pair[i + 1]};
+  }
 };
 
 // The entries in a stable order by source: grouped by source, ascending,

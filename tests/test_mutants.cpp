@@ -10,6 +10,7 @@
 #include "harness/backends.h"
 #include "harness/suite.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "harness/gate/selftest.h"
 #include "harness/mutants.h"
 #include "properties/properties.h"
 #include "support.h"
@@ -53,6 +54,40 @@ TEST(Mutants, EachFailsTheScenarioThatExercisesIt) {
     predict_memory(r.memory, s, backend, loop);  // as the gate does: B24 shows only in memory
     EXPECT_FALSE(r.passed()) << m.id << " on " << s.name;
   }
+}
+
+// The scale self-test's scenarios check: correct code passes every
+// scenario; a mutant stops it at the first scenario it fails, which is the
+// counterexample, and the scenarios after it are not run.
+TEST(Mutants, ScenariosCheckStopsAtTheFirstScenarioAMutantFails) {
+  const std::vector<ScenarioSpec> suite = default_scenarios();
+  const std::vector<ScenarioSpec> scenarios = {*find_scenario(suite, "exact_dyadic"),
+                                               *find_scenario(suite, "mlp_mse_equal"),
+                                               *find_scenario(suite, "partial_last_window")};
+  CpuBackend cpu;
+  const SelfTestOptions options;
+  const PropertyRun correct = run_scenarios_check(scenarios, options, cpu, correct_loop(), "correct code");
+  EXPECT_TRUE(correct.passed) << correct.message;
+  EXPECT_EQ(correct.cases, 3);
+  EXPECT_GT(correct.worst_ratio, 0.0);
+  const std::vector<Mutant> all = mutants();
+  const auto b6 = std::find_if(all.begin(), all.end(), [](const Mutant& m) { return m.id == "B6"; });
+  ASSERT_NE(b6, all.end());
+  MutantRig rig(*b6, cpu);  // drops the partial last window: only the third scenario has one
+  const PropertyRun caught = run_scenarios_check(scenarios, options, *rig.backend, rig.loop, "B6");
+  EXPECT_FALSE(caught.passed);
+  EXPECT_EQ(caught.cases, 2);
+  EXPECT_EQ(caught.counterexample, "partial_last_window");
+  ASSERT_TRUE(caught.counterexample_spec.has_value());
+  EXPECT_EQ(caught.counterexample_spec->name, "partial_last_window");
+  EXPECT_EQ(caught.message.rfind("partial_last_window: ", 0), 0u) << caught.message;
+  const auto b3 = std::find_if(all.begin(), all.end(), [](const Mutant& m) { return m.id == "B3"; });
+  ASSERT_NE(b3, all.end());
+  MutantRig rig3(*b3, cpu);  // N x G: every scenario with N > 1 shows it, the first of them stops the check
+  const PropertyRun first = run_scenarios_check(scenarios, options, *rig3.backend, rig3.loop, "B3");
+  EXPECT_FALSE(first.passed);
+  EXPECT_EQ(first.cases, 0);
+  EXPECT_EQ(first.counterexample, "exact_dyadic") << first.message;
 }
 
 // B19 on every backend: the real racy kernel on cuda (skipped without a

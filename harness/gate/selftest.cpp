@@ -31,13 +31,10 @@ long parameter_count(const ScenarioSpec& s) {
   return n;
 }
 
-// The named scenarios as one check: each run in turn, until one fails, and
-// each checked as the gate checks it (the run's seed mixed into the
-// scenario's; its peak memory against the prediction). The failing scenario
-// is the counterexample; worst_ratio is the largest error/bound of the
-// verdicts that passed.
-PropertyRun run_scenarios(const std::vector<ScenarioSpec>& scenarios, const SelfTestOptions& o, Backend& backend,
-                          const LoopFactory& loop, const std::string& label, const ProgressSink& progress) {
+}  // namespace
+
+PropertyRun run_scenarios_check(const std::vector<ScenarioSpec>& scenarios, const SelfTestOptions& o, Backend& backend,
+                                const LoopFactory& loop, const std::string& label, const ProgressSink& progress) {
   const auto start = std::chrono::steady_clock::now();
   PropertyRun run;
   run.name = kScenariosCheck;
@@ -63,8 +60,6 @@ PropertyRun run_scenarios(const std::vector<ScenarioSpec>& scenarios, const Self
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return run;
 }
-
-}  // namespace
 
 std::vector<std::string> SelfTestReport::survivors() const {
   std::vector<std::string> out;
@@ -101,7 +96,7 @@ SelfTestReport run_selftest(const SelfTestOptions& o, Backend& backend, const Pr
     report.correct.push_back(run_property(*p, ctx, config));
   }
   if (!o.scenarios.empty())
-    report.correct.push_back(run_scenarios(o.scenarios, o, backend, correct_loop(), "correct code", progress));
+    report.correct.push_back(run_scenarios_check(o.scenarios, o, backend, correct_loop(), "correct code", progress));
   for (const Mutant& m : mutants_for(backend)) {
     MutantSummary summary{m.id, m.bug, m.source, {}};
     MutantRig rig(m, backend);
@@ -120,7 +115,7 @@ SelfTestReport run_selftest(const SelfTestOptions& o, Backend& backend, const Pr
     }
     if (!o.scenarios.empty()) {
       KillCell cell{m.id, kScenariosCheck, false,
-                    run_scenarios(o.scenarios, o, *rig.backend, rig.loop, "mutant " + m.id, progress), 0, 0};
+                    run_scenarios_check(o.scenarios, o, *rig.backend, rig.loop, "mutant " + m.id, progress), 0, 0};
       cell.caught = !cell.run.passed;
       if (cell.run.counterexample_spec) {
         cell.counterexample_samples = total_samples(cell.run.counterexample_spec->split);

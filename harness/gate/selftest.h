@@ -124,4 +124,14 @@ struct SelfTestReport {
 
 SelfTestReport run_selftest(const SelfTestOptions& options, Backend& backend, const ProgressSink& progress = {});
 
+// kScenariosCheck: `scenarios` run in turn on `backend` under `loop`, each
+// checked as the gate checks it (options.seed mixed into the scenario's;
+// its peak memory against the prediction), until one fails. The failing
+// scenario is the counterexample (its spec, its name) and its first failure
+// the message; worst_ratio is the largest error/bound of the verdicts that
+// passed; cases counts the scenarios that passed.
+PropertyRun run_scenarios_check(const std::vector<ScenarioSpec>& scenarios, const SelfTestOptions& options,
+                                Backend& backend, const LoopFactory& loop, const std::string& label,
+                                const ProgressSink& progress = {});
+
 }  // namespace gradeq
