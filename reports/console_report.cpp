@@ -52,7 +52,9 @@ std::string selftest_summary(const SelfTestReport& report) {
   std::ostringstream out;
   for (const PropertyRun& p : report.correct)
     out << fmt::format("  {:4}  correct code  {:30} {} {}, worst err/bound {:.2e}\n", p.passed ? "pass" : "FAIL",
-                       p.name, p.cases, report.suite == "data_parallel" ? "runs" : "cases", p.worst_ratio);
+                       p.name, p.cases,
+                       report.suite == "data_parallel" ? "runs" : (p.name == kScenariosCheck ? "scenarios" : "cases"),
+                       p.worst_ratio);
   for (const MutantSummary& m : report.mutants) {
     std::string by;
     for (const std::string& p : m.caught_by) by += (by.empty() ? "" : ", ") + p;

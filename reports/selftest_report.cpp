@@ -101,7 +101,8 @@ std::string selftest_markdown(const SelfTestReport& r) {
     if (r.suite == "scale")
       md << "The scale suite's named scenarios run too, as one check (`" << kScenariosCheck
          << "`): each must pass on correct code, and a mutant is caught by the first one it fails (its name is "
-            "the counterexample).\n\n";
+            "the counterexample). A mutant they do not catch may still be exercised, within the bounds: "
+            "selftest.json gives each cell's worst error/bound.\n\n";
   }
   const std::vector<std::string> survivors = r.survivors();
   if (!survivors.empty()) {
@@ -111,7 +112,8 @@ std::string selftest_markdown(const SelfTestReport& r) {
   }
   md << "## Correct code\n\n| property | cases | worst error/bound | result |\n|---|---|---|---|\n";
   for (const PropertyRun& p : r.correct)
-    md << "| " << p.name << " | " << p.cases << " | " << fmt::format("{:.3g}", p.worst_ratio) << " | "
+    md << "| " << p.name << " | " << p.cases << (p.name == kScenariosCheck ? " scenarios" : "") << " | "
+       << fmt::format("{:.3g}", p.worst_ratio) << " | "
        << (p.passed ? "pass" : "**FAIL** " + p.message) << " |\n";
   md << "\n## Kill matrix\n\nA cell shows ✗ where the " << (data_parallel ? "check" : "property")
      << " caught the mutant (" << (data_parallel ? "its first failure" : "its shrunk counterexample")
