@@ -140,7 +140,8 @@ struct Parts {
     for (std::size_t v = 1; v <= vectors; ++v) first_entry[v] += first_entry[v - 1];
     std::vector<long> next(first_entry.begin(), first_entry.end() - 1);
     std::vector<SourceEntry> grouped(entries.size());
-    for (std::size_t e = 0; e < entries.size(); ++e) grouped[static_cast<std::size_t>(next[static_cast<std::size_t>(column_of[e])]++)] = entries[e];
+    for (std::size_t e = 0; e < entries.size(); ++e)
+      grouped[static_cast<std::size_t>(next[static_cast<std::size_t>(column_of[e])]++)] = entries[e];
     entries.swap(grouped);
     column_of.clear();
   }
@@ -157,7 +158,6 @@ struct Sources {
   std::vector<long> first;                          // per pair, into entry_k / entry_c; one past the end last
   std::vector<long> entry_k;                        // the pair's elements along the reduction
   std::vector<double> entry_c;                      // and their coefficients
-  std::vector<long> vector;                         // per pair
   std::vector<SharedTerm> term;                     // per pair: source and bound
   std::vector<char> common;                         // per pair: the other operand carries the source too
   // Per vector, into the pairs (a vector's pairs are consecutive); one past
@@ -231,7 +231,6 @@ Sources gather_sources(const Parts& x, bool by_rows, const std::vector<std::uint
         s.single_folded(r, c) += std::abs(entries[i].coefficient) * entries[i].bound;
         s.single_count(r, c) += 1.0;
       } else {
-        s.vector.push_back(v);
         s.term.push_back({entries[i].source, 0.0, entries[i].bound});
         s.common.push_back(shared_by_both);
         s.first.push_back(static_cast<long>(s.entry_k.size()));
