@@ -36,8 +36,11 @@ TEST(PrecisionSweep, BfloatLeavesFloat32AndEveryVariantStaysWithinItsBound) {
   }
 }
 
-TEST(DynamicLossScale, SkipsOverflowingWindowsBacksOffAndGrows) {
-  const ScenarioSpec spec = *find_scenario(default_scenarios(), "fp16_dynamic_loss_scale");
+// The loss-scale trajectory of each float16 scenario, default and scale
+// suite: an overflowing window is skipped and backs the scale off, a good
+// run grows it. (The scale scenario's verdict is the scale suite's.)
+void expect_skips_backs_off_and_grows(const ScenarioSpec& spec) {
+  SCOPED_TRACE(spec.name);
   const Scenario sc = materialize(spec);
   CpuBackend cpu;
   const KernelRun run = correct_loop()(cpu)->run(sc, spec.split);
@@ -59,8 +62,18 @@ TEST(DynamicLossScale, SkipsOverflowingWindowsBacksOffAndGrows) {
   EXPECT_EQ(find_tensor(run.windows.back(), "state/step").values[0],
             static_cast<double>(spec.split.size() - static_cast<std::size_t>(skipped)))
       << "skipped windows take no step";
+}
+
+TEST(DynamicLossScale, SkipsOverflowingWindowsBacksOffAndGrows) {
+  const ScenarioSpec spec = *find_scenario(default_scenarios(), "fp16_dynamic_loss_scale");
+  expect_skips_backs_off_and_grows(spec);
+  CpuBackend cpu;
   const ScenarioResult r = check_scenario(spec, cpu, correct_loop(), ErrorModel{});
   EXPECT_TRUE(r.passed()) << r.first_failure();
+}
+
+TEST(DynamicLossScale, TheScaleSuiteScenarioSkipsBacksOffAndGrows) {
+  expect_skips_backs_off_and_grows(*find_scenario(scale_scenarios(), "fp16_loss_scale_256_1024"));
 }
 
 // A loop that forgets to clip: caught whenever clipping binds.
