@@ -290,6 +290,31 @@ namespace detail {
 // x's error with its shared terms folded into the systematic part.
 inline ErrorParts collapsed_parts(const Bounded& x) { return total_parts(x.kernel_parts, x.shared); }
 
+// The product of two errors, e_a e_b (a second-order term), in parts, from
+// the errors' collapsed parts: systematic S (shared terms included), random
+// with hard bound R and scale Q. With e = s + r,
+//   e_a e_b = s_a s_b + (s_a r_b + r_a s_b) + r_a r_b:
+//   s_a s_b                systematic, S_a S_b;
+//   s_a r_b + r_a s_b      random and mean-zero: hard S_a R_b + R_a S_b,
+//                          scale S_a Q_b + Q_a S_b;
+//   r_a r_b                its mean is at most Q_a Q_b (Cauchy-Schwarz; Q
+//                          bounds the random part's root mean square), which
+//                          is systematic; the rest is random: hard R_a R_b,
+//                          scale lambda Q_a Q_b (a product of two sub-Gaussian
+//                          errors is sub-exponential: it passes lambda^2 Q_a
+//                          Q_b no more often than a factor passes lambda
+//                          times its scale).
+// The deterministic form reads no scales: its mean needs no account of its
+// own (|r_a r_b| <= R_a R_b is in the hard part), and the sum of the parts is
+// (S_a + R_a)(S_b + R_b), the product of the hard bounds. NUMERICS §3.
+inline ErrorParts second_order(const ErrorParts& a, const ErrorParts& b) {
+  const RoundingModel& m = rounding_model();
+  const bool probabilistic = m.reduction == ReductionBound::probabilistic;
+  return {a.systematic * b.systematic + (probabilistic ? a.scale * b.scale : 0.0),
+          a.systematic * b.random + a.random * (b.systematic + b.random),
+          a.systematic * b.scale + a.scale * (b.systematic + m.confidence * b.scale)};
+}
+
 // ca a.shared + cb b.shared, merged by source: coefficients of one source
 // add with their signs. Terms beyond kSharedTerms (the smallest) are folded
 // into `overflow` (systematic).
@@ -428,13 +453,13 @@ inline Bounded operator+(const Bounded& a, const Bounded& b) {
 inline Bounded operator-(const Bounded& a, const Bounded& b) { return a + (-b); }
 
 // |xy - x'y'| <= |x| e_y + |y| e_x + e_x e_y: exact, not only first order.
-// The second-order term counts as systematic.
+// The second-order term e_x e_y in parts (second_order above).
 // Shared terms to first order (the product rule); their second-order part
 // is within the e_x e_y term.
 inline Bounded operator*(const Bounded& a, const Bounded& b) {
   const double v = a.value * b.value;
   ErrorParts e = detail::plus(detail::scaled(b.kernel_parts, std::abs(a.value)), detail::scaled(a.kernel_parts, std::abs(b.value)));
-  e.systematic += a.kernel_bound * b.kernel_bound;
+  e = detail::plus(e, detail::second_order(detail::collapsed_parts(a), detail::collapsed_parts(b)));
   const SharedTerms s = detail::combine(b.shared, a.value, a.shared, b.value, e);
   const double r = std::abs(a.value) * b.reference + std::abs(b.value) * a.reference + a.reference * b.reference;
   return detail::rounded(v, e, s, r, detail::product_exact(a.value, b.value, v));
@@ -707,10 +732,11 @@ namespace detail {
 // plus the library function's own error.
 //
 // Or to first order, where that is the smaller bound: f(x + E) = f(x) +
-// f'(x) E + R with |R| <= curvature K^2 / 2, curvature = max |f''| over
+// f'(x) E + R with |R| <= curvature E^2 / 2, curvature = max |f''| over
 // [x - K, x + K] (Taylor's theorem with the Lagrange remainder): the
-// operand's parts and shared terms scaled by f'(x), the remainder
-// systematic. A curvature that is not finite leaves the rule alone.
+// operand's parts and shared terms scaled by f'(x), the remainder E^2 in
+// parts (second_order). A curvature that is not finite leaves the rule
+// alone.
 template <class Error>
 Bounded unary(const Bounded& x, double v, Error&& err, double slope = 0.0, double curvature = kInf) {
   const double r = err(x.value, x.reference) + reference_transcendental_rounding(v);
@@ -720,7 +746,8 @@ Bounded unary(const Bounded& x, double v, Error&& err, double slope = 0.0, doubl
   if (std::isfinite(curvature) && x.shared.count > 0) {
     ErrorParts e_first = scaled(x.kernel_parts, std::abs(slope));
     const SharedTerms s_first = scaled_terms(x.shared, slope, e_first);
-    e_first.systematic += 0.5 * curvature * x.kernel_bound * x.kernel_bound;
+    const ErrorParts p = collapsed_parts(x);
+    e_first = plus(e_first, scaled(second_order(p, p), 0.5 * curvature));
     if (combined_bound(total_parts(e_first, s_first)) <= kPreferFirstOrder * combined_bound(e_rule)) {
       e = e_first;
       s = s_first;

@@ -8,8 +8,14 @@
 // The rule, for n terms with kernel bounds K and hard bounds H (systematic +
 // random + shared magnitude) of each operand:
 //   propagated   systematic and random parts: sum_k |b_k| P(a_k) + |a_k| P(b_k),
-//                plus sum_k H(a_k) H(b_k) (second order, systematic);
-//                scale: sqrt(sum_k b_k^2 Q(a_k)^2) + sqrt(sum_k a_k^2 Q(b_k)^2)
+//                plus the second-order terms e(a_k) e(b_k) in parts
+//                (detail::second_order: with S the systematic part and
+//                shared magnitude, R the hard random part, Q the scale:
+//                systematic S_a S_b, + Q_a Q_b in the probabilistic form,
+//                hard S_a R_b + R_a H_b);
+//                scale, first and second order:
+//                sqrt(sum_k Q(a_k)^2 (|b_k| + S(b_k) + lambda Q(b_k))^2)
+//                + sqrt(sum_k Q(b_k)^2 (|a_k| + S(a_k))^2)
 //   own rounding with M = sum_k (|a_k| + H(a_k)) (|b_k| + H(b_k)): hard
 //                gamma_n M (Higham's dot-product bound: the n products'
 //                roundings are inside it), scale sqrt(n + 1) u M, plus the
@@ -194,10 +200,16 @@ Bounded dot(long n, A&& a, B&& b, const Bounded& /*tag*/) {
     const double ha = detail::hard_total(ak), hb = detail::hard_total(bk);
     s.value += ak.value * bk.value;
     const ErrorParts pa = detail::scaled(ak.kernel_parts, vb), pb = detail::scaled(bk.kernel_parts, va);
-    s.systematic += pa.systematic + pb.systematic + ha * hb;
-    s.random += pa.random + pb.random;
-    s.scale_a += pa.scale * pa.scale;
-    s.scale_b += pb.scale * pb.scale;
+    const ErrorParts ca = detail::collapsed_parts(ak), cb = detail::collapsed_parts(bk);
+    const ErrorParts second = detail::second_order(ca, cb);
+    s.systematic += pa.systematic + pb.systematic + second.systematic;
+    s.random += pa.random + pb.random + second.random;
+    // The second order's scale S_a Q_b + Q_a (S_b + lambda Q_b) joins the
+    // first order's, each operand's scale with its factor.
+    const double qa = ak.kernel_parts.scale * (vb + cb.systematic + rounding_model().confidence * cb.scale);
+    const double qb = bk.kernel_parts.scale * (va + ca.systematic);
+    s.scale_a += qa * qa;
+    s.scale_b += qb * qb;
     s.magnitude += (va + ha) * (vb + hb);
     s.abs_product += va * vb;
     s.reference += va * bk.reference + vb * ak.reference + ak.reference * bk.reference;

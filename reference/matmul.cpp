@@ -73,7 +73,9 @@ struct SourceEntry {
 // of the reduction (rows of A, columns of B) and whether every part is
 // finite, and its shared terms: one pass over the operand.
 struct Parts {
-  Dense value, abs, systematic, random, scale, reference, hard, nonzero;
+  // systematic_total: with the shared magnitude (collapsed), as the
+  // second-order terms read it; hard = systematic_total + random.
+  Dense value, abs, systematic, systematic_total, random, scale, reference, hard, nonzero;
   std::vector<VectorFacts> facts;
   bool finite = true;  // GEMMs would turn 0 * Inf into NaN where the rule gives 0
   std::vector<SourceEntry> entries;    // every shared term, by vector, each vector's in reduction order
@@ -83,6 +85,7 @@ struct Parts {
       : value(x.rows(), x.cols()),
         abs(x.rows(), x.cols()),
         systematic(x.rows(), x.cols()),
+        systematic_total(x.rows(), x.cols()),
         random(x.rows(), x.cols()),
         scale(x.rows(), x.cols()),
         reference(x.rows(), x.cols()),
@@ -98,6 +101,7 @@ struct Parts {
         value.data()[i] = b.value;
         abs.data()[i] = std::abs(b.value);
         systematic.data()[i] = b.kernel_parts.systematic;
+        systematic_total.data()[i] = detail::collapsed_parts(b).systematic;
         random.data()[i] = b.kernel_parts.random;
         scale.data()[i] = b.kernel_parts.scale;
         reference.data()[i] = b.reference;
@@ -331,13 +335,18 @@ Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
   // The values and the sums of the rule, one GEMM each.
   const Dense value = matmul(pa.value, pb.value);
   const Dense abs_product = product(pa.abs, pb.abs);
+  // First order and the second-order terms e_a e_b in parts
+  // (detail::second_order), grouped by operand as ref::dot groups them.
+  const RoundingModel& model = rounding_model();
   Dense systematic = product(pa.systematic, pb.abs);
   add_product(systematic, pa.abs, pb.systematic);
-  add_product(systematic, pa.hard, pb.hard);
-  Dense random = product(pa.random, pb.abs);
-  add_product(random, pa.abs, pb.random);
-  const Dense scale_a = product(Dense(pa.scale.array().square()), Dense(pb.value.array().square()));
-  const Dense scale_b = product(Dense(pa.value.array().square()), Dense(pb.scale.array().square()));
+  add_product(systematic, pa.systematic_total, pb.systematic_total);
+  if (model.reduction == ReductionBound::probabilistic) add_product(systematic, pa.scale, pb.scale);
+  Dense random = product(pa.random, Dense(pb.abs + pb.hard));
+  add_product(random, Dense(pa.abs + pa.systematic_total), pb.random);
+  const Dense scale_a = product(Dense(pa.scale.array().square()),
+                                Dense((pb.abs + pb.systematic_total + model.confidence * pb.scale).array().square()));
+  const Dense scale_b = product(Dense((pa.abs + pa.systematic_total).array().square()), Dense(pb.scale.array().square()));
   Dense reference = product(pa.reference, pb.abs);
   add_product(reference, pa.abs, pb.reference);
   add_product(reference, pa.reference, pb.reference);
@@ -381,8 +390,8 @@ Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
   const auto [merged_a, terms_a] = fold_all ? std::pair<Dense, Dense>() : pair_sums(sa, pb.value, pb.nonzero);    // [pairs_a, p]
   const auto [merged_b, terms_b] = fold_all ? std::pair<Dense, Dense>() : pair_sums(sb, value_a_t, nonzero_a_t);  // [pairs_b, m]
   // M = sum (|a| + H_a)(|b| + H_b), with H = systematic + random + shared
-  // magnitude: the sums above, added.
-  const Dense magnitude = abs_product + systematic + random + single_folded + multi_folded;
+  // magnitude.
+  const Dense magnitude = product(Dense(pa.abs + pa.hard), Dense(pb.abs + pb.hard));
 
   const std::vector<VectorFacts> &fa = pa.facts, &fb = pb.facts;
   Matrix<Bounded> out(m, p);

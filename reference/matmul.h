@@ -3,7 +3,8 @@
 // for T = Bounded the whole matrix is computed at once, on float64 GEMMs:
 // one for the values and one per error part, over transformed operands
 // (|A| |B| and (|A| + H_A)(|B| + H_B) for the magnitudes, S_A |B| + |A| S_B
-// for the linear parts, Q_A^2 B^2 for the quadrature scale, the shared
+// and the second-order S_A S_B (+ Q_A Q_B) for the linear parts, squared
+// scales times squared factors for the quadrature scale, the shared
 // sources' coefficient rows times B), then the dot rule's decisions per
 // element. Where the rule needs what GEMMs cannot give (an operand with an
 // unbounded part, or a shared source carried by both operands) it is

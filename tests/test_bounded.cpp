@@ -274,6 +274,44 @@ TEST(Bounded, APrioriIntervalsKeepIllConditionedGroupsBounded) {
 
 // GELU's derivative (tanh form), as the kernels compute it, lies within
 // the interval the reference assumes for it.
+// The second-order terms e_a e_b in parts (NUMERICS §3). Deterministic
+// form: the parts add up to the product of the hard bounds. Probabilistic
+// form, a dot product of n errors with themselves (values 0, so e^2 is all
+// there is): the bound covers a realized sum of squared uniform roundings,
+// n h^2 / 3 on average, which the spread alone (lambda^2 sqrt(n) h^2) would
+// not; and where the hard bound is far above the scale (many roundings) it
+// is far below the old n (S + R)^2.
+TEST(Bounded, SecondOrderTermsCoverTheirMeanAndStaySharp) {
+  const ErrorParts a{3e-4, 2e-3, 5e-4}, b{1e-4, 7e-3, 1e-3};
+  {
+    ScopedRoundingModel deterministic(RoundingModel{});
+    const ErrorParts e = detail::second_order(a, b);
+    EXPECT_DOUBLE_EQ(e.systematic + e.random, (a.systematic + a.random) * (b.systematic + b.random));
+  }
+  RoundingModel probabilistic;
+  probabilistic.reduction = ReductionBound::probabilistic;
+  const ScopedRoundingModel scope(probabilistic);
+  const long n = 100000;
+  const double h = 0x1p-9;
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> rounding(-h, h);
+  double realized = 0.0;
+  for (long k = 0; k < n; ++k) {
+    const double r = rounding(rng);
+    realized += r * r;
+  }
+  const std::vector<Bounded> once(static_cast<std::size_t>(n), Bounded::with_parts(0.0, {0.0, h, h}, 0.0));
+  const auto at = [&](const std::vector<Bounded>& x) { return [&x](long k) -> const Bounded& { return x[static_cast<std::size_t>(k)]; }; };
+  const Bounded squares = dot<Bounded>(n, at(once), at(once));
+  EXPECT_LE(realized, squares.kernel_bound);
+  EXPECT_GT(realized, 0.3 * static_cast<double>(n) * h * h);
+  const double hard = 100.0 * h;  // an error of many roundings: hard bound 100 times its scale
+  const std::vector<Bounded> many(static_cast<std::size_t>(n), Bounded::with_parts(0.0, {0.0, hard, h}, 0.0));
+  const Bounded sharp = dot<Bounded>(n, at(many), at(many));
+  EXPECT_LT(sharp.kernel_bound, 1e-3 * static_cast<double>(n) * hard * hard);
+  EXPECT_GE(sharp.kernel_bound, static_cast<double>(n) * h * h);
+}
+
 TEST(Bounded, GeluSlopeLiesWithinItsInterval) {
   float lowest = 1.0f, highest = 0.0f;
   for (int i = -200000; i <= 200000; ++i) {
