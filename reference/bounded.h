@@ -561,14 +561,18 @@ inline Bounded operator/(const Bounded& a, const Bounded& b) {
 }
 
 // a / d where d is known to be at least `floor` > 0 in exact arithmetic and
-// in the kernel (Adam's sqrt(v) + eps). Unlike a / d in general this never
-// becomes unbounded: with d_lo = max(floor, d - e_d),
+// in the kernel (Adam's sqrt(v) + eps, a normalizer's sigma, a softmax
+// denominator). Unlike a / d in general this never becomes unbounded for
+// bounded operands: with d_lo = max(floor, d - e_d),
 //   |a'/d' - a/d| <= e_a / d_lo + |a| (1/d_lo - 1/d).
+// A denominator without a bound may be Inf or NaN in the kernel (an
+// overflow upstream), and so may the quotient, whatever the floor.
 inline double divide_by_positive(double a, double d, double /*floor*/) { return a / d; }
 inline Bounded divide_by_positive(const Bounded& a, const Bounded& d, double floor) {
   const double v = a.value / d.value;
   const double lowest_r = std::max(floor, d.value - d.reference);
   const double r = a.reference / lowest_r + std::abs(a.value) * (1.0 / lowest_r - 1.0 / d.value);
+  if (!std::isfinite(d.kernel_bound)) return Bounded::with_parts(v, {kInf, 0.0, 0.0}, std::isnan(r) ? 0.0 : r);
   ErrorParts e_first;
   SharedTerms s_first;
   const double lowest = std::max(floor * (1.0 - 0x1p-22), d.value - d.kernel_bound);
@@ -622,10 +626,13 @@ inline Bounded second_order_shift(const Bounded& x, const Bounded& shift, long n
 // A quantity known to lie within [-radius, radius] in exact arithmetic and
 // in the kernel (an invariant of the algorithm, e.g. Adam's |m| / sqrt(v)):
 // its error is at most 2 radius, whatever the propagation rules said.
+// Except where the rules gave no bound at all: the kernel may then hold Inf
+// or NaN (an overflow upstream, 0 * Inf), which no interval holds.
 inline double within_radius(double x, double) { return x; }
 inline Bounded within_radius(const Bounded& x, double radius) {
   Bounded out = x;
-  if (!(x.kernel_bound <= 2.0 * radius)) out = Bounded::with_parts(x.value, {2.0 * radius, 0.0, 0.0}, x.reference);
+  if (std::isfinite(x.kernel_bound) && !(x.kernel_bound <= 2.0 * radius))
+    out = Bounded::with_parts(x.value, {2.0 * radius, 0.0, 0.0}, x.reference);
   if (!(out.reference <= 2.0 * radius)) out.reference = 2.0 * radius;
   return out;
 }
@@ -635,12 +642,15 @@ inline Bounded within_radius(const Bounded& x, double radius) {
 // rstd within 1/sqrt(eps)): its error is at most the distance from its
 // value to the farther end, however large the propagated bound. An
 // ill-conditioned group (statistics within their own error) then costs
-// that group's looseness and never an unbounded result.
+// that group's looseness and never an unbounded result. A value without a
+// bound stays without one: the kernel may hold Inf or NaN there (GELU's
+// slope is 0 * Inf where x^2 overflows float32), which no interval holds.
 inline double within_interval(double x, double, double) { return x; }
 inline Bounded within_interval(const Bounded& x, double lo, double hi) {
   const double reach = std::max(x.value - lo, hi - x.value);
   Bounded out = x;
-  if (!(x.kernel_bound <= reach)) out = Bounded::with_parts(x.value, {reach, 0.0, 0.0}, x.reference);
+  if (std::isfinite(x.kernel_bound) && !(x.kernel_bound <= reach))
+    out = Bounded::with_parts(x.value, {reach, 0.0, 0.0}, x.reference);
   if (!(out.reference <= reach)) out.reference = reach;
   return out;
 }

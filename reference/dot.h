@@ -105,7 +105,9 @@ inline Bounded dot_result(long n, const DotSums& s, const DotExactness& x) {
   }
   double r = s.reference;
   if (!x.exact_in(53, -1074, x.exact_references, s.abs_product)) r += reference_gamma(n) * s.abs_product;
-  return Bounded::with_shared(s.value, unless_overflow(s.value, e, s.shared), s.shared, r);
+  // The products and partial sums reach M: where M may reach float32's
+  // overflow, the kernel may hold Inf (or NaN: Inf - Inf) whatever the sum.
+  return Bounded::with_shared(s.value, unless_overflow(s.magnitude, e, s.shared), s.shared, r);
 }
 
 // Merged shared sources of a dot product, accumulated term by term.

@@ -218,10 +218,13 @@ NormStatistics<T> statistics_from(const NormShape& s, const NormMoments<T>& m) {
     // Every element of the group uses the same mean and 1/sigma: shared
     // values, whose errors are followed with their signs (bounded.h).
     st.mean.push_back(shared(m.mean[g]));
-    // 0 < rstd <= 1 / sqrt(eps), whatever the variance.
+    // 0 < rstd <= 1 / sqrt(eps), whatever the variance: sigma is at least
+    // sqrt(eps) in exact arithmetic, and in the kernel within a few roundings
+    // of it (eps to float32, the sum, the square root).
     const double rstd_max = a_priori_margin(n) / std::sqrt(s.eps);
-    st.rstd.push_back(
-        shared(within_interval(T(1.0) / sqrt(m.m2[g] / T(static_cast<double>(n)) + T(s.eps)), 0.0, rstd_max)));
+    const double sigma_floor = std::sqrt(s.eps) * (1.0 - 0x1p-20);
+    st.rstd.push_back(shared(within_interval(
+        divide_by_positive(T(1.0), sqrt(m.m2[g] / T(static_cast<double>(n)) + T(s.eps)), sigma_floor), 0.0, rstd_max)));
     st.unbiased_var.push_back(n > 1 ? m.m2[g] / T(static_cast<double>(n - 1)) : T(0.0));
   }
   return st;

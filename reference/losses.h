@@ -62,10 +62,12 @@ LossAndGrad<T> cross_entropy_loss(const Matrix<T>& logits, const std::vector<int
     for (long j = 0; j < d; ++j) shifted_exp[j] = exp(logits(i, j) - row_max);
     const T denom = shared(reduce<T>(d, [&](long j) { return shifted_exp[j]; }));
     row_loss[i] = log(denom) - (logits(i, classes[i]) - row_max);
-    // 0 <= p <= 1 a priori: the denominator holds the numerator.
+    // 0 <= p <= 1 a priori: the denominator holds the numerator. And the
+    // denominator is at least 1, in the kernel too: it holds exp(0) = 1,
+    // the row maximum's term.
     const double p_max = a_priori_margin(d);
     for (long j = 0; j < d; ++j) {
-      const T p = within_interval(shifted_exp[j] / denom, 0.0, p_max);
+      const T p = within_interval(divide_by_positive(shifted_exp[j], denom, 1.0), 0.0, p_max);
       out.dy(i, j) = scale * (j == classes[i] ? p - T(1.0) : p);
     }
   }

@@ -116,7 +116,8 @@ void adam_step(const OptimizerSpec& o, double lr, long step, Matrix<T>& p, const
 // It lies in (0, 1] a priori (the kernel's within a few roundings of it).
 template <class T>
 T clip_coefficient(const ClipSpec& c, const T& norm) {
-  return within_interval(min(T(1.0), T(c.max_norm) / (norm + T(kClipEpsilon))), 0.0, a_priori_margin(1));
+  return within_interval(min(T(1.0), divide_by_positive(T(c.max_norm), norm + T(kClipEpsilon), kClipEpsilon)), 0.0,
+                         a_priori_margin(1));
 }
 
 }  // namespace gradeq::ref

@@ -312,6 +312,38 @@ TEST(Bounded, SecondOrderTermsCoverTheirMeanAndStaySharp) {
   EXPECT_GE(sharp.kernel_bound, static_cast<double>(n) * h * h);
 }
 
+// An a priori interval holds the exact value and a kernel's finite one, not
+// Inf or NaN. Where the rules give no bound the kernel may hold either: the
+// float32 GELU slope at x = 2^66 is 0 * Inf (3 c x^2 overflows), NaN, though the
+// exact slope is 1. The reference must then stay unbounded, and a quotient
+// by a floored denominator without a bound too (the denominator may be NaN).
+TEST(Bounded, NoIntervalHoldsAValueThatMayBeNonFinite) {
+  const double x = 0x1p66;
+  EXPECT_TRUE(std::isnan(element::gelu_tanh_grad(static_cast<float>(x), 1.0f)));
+  Matrix<Bounded> xs(1, 1), dy(1, 1);
+  xs(0, 0) = Bounded(x);
+  dy(0, 0) = Bounded(1.0);
+  const Matrix<Bounded> dx = gelu_backward(xs, dy);
+  EXPECT_EQ(dx(0, 0).value, 1.0);
+  EXPECT_FALSE(std::isfinite(dx(0, 0).kernel_bound));
+  const Bounded unbounded = Bounded::with_bounds(0.5, kInf, 0.0);
+  EXPECT_FALSE(std::isfinite(within_interval(unbounded, 0.0, 1.0).kernel_bound));
+  EXPECT_FALSE(std::isfinite(within_radius(unbounded, 1.0).kernel_bound));
+  EXPECT_FALSE(std::isfinite(divide_by_positive(Bounded(1.0), Bounded::with_bounds(2.0, kInf, 0.0), 1.0).kernel_bound));
+  // A bounded denominator above its floor: never unbounded, however loose.
+  EXPECT_TRUE(std::isfinite(divide_by_positive(Bounded(1.0), Bounded::with_bounds(2.0, 1e30, 0.0), 1.0).kernel_bound));
+  EXPECT_LE(within_interval(Bounded::with_bounds(0.5, 1e30, 0.0), 0.0, 1.0).kernel_bound, 0.5);
+  // A dot product whose products overflow float32 though their sum is 0:
+  // the kernel holds Inf - Inf.
+  const std::vector<Bounded> a = {Bounded(0x1p100), Bounded(-0x1p100)}, b = {Bounded(0x1p30), Bounded(0x1p30)};
+  const float kernel = static_cast<float>(0x1p100) * static_cast<float>(0x1p30) - static_cast<float>(0x1p100) * static_cast<float>(0x1p30);
+  EXPECT_TRUE(std::isnan(kernel));
+  const Bounded cancelled = dot<Bounded>(2, [&](long k) -> const Bounded& { return a[static_cast<std::size_t>(k)]; },
+                                         [&](long k) -> const Bounded& { return b[static_cast<std::size_t>(k)]; });
+  EXPECT_EQ(cancelled.value, 0.0);
+  EXPECT_FALSE(std::isfinite(cancelled.kernel_bound));
+}
+
 TEST(Bounded, GeluSlopeLiesWithinItsInterval) {
   float lowest = 1.0f, highest = 0.0f;
   for (int i = -200000; i <= 200000; ++i) {
