@@ -220,7 +220,9 @@ NormStatistics<T> statistics_from(const NormShape& s, const NormMoments<T>& m) {
     st.mean.push_back(shared(m.mean[g]));
     // 0 < rstd <= 1 / sqrt(eps), whatever the variance: sigma is at least
     // sqrt(eps) in exact arithmetic, and in the kernel within a few roundings
-    // of it (eps to float32, the sum, the square root).
+    // of it: eps to float32 (2^-24 relative, halved by the root), the sum
+    // (>= float32 eps: the variance is >= 0), the square root (4 ulps as a
+    // transcendental, 2^-22): below 2^-21 in all, so 2^-20 holds it.
     const double rstd_max = a_priori_margin(n) / std::sqrt(s.eps);
     const double sigma_floor = std::sqrt(s.eps) * (1.0 - 0x1p-20);
     st.rstd.push_back(shared(within_interval(

@@ -272,8 +272,6 @@ TEST(Bounded, APrioriIntervalsKeepIllConditionedGroupsBounded) {
   for (long j = 0; j < 3; ++j) EXPECT_LE(ce.dy(0, j).kernel_bound, p_max + 4.0 * u * (1.0 + p_max)) << j;
 }
 
-// GELU's derivative (tanh form), as the kernels compute it, lies within
-// the interval the reference assumes for it.
 // The second-order terms e_a e_b in parts (NUMERICS §3). Deterministic
 // form: the parts add up to the product of the hard bounds. Probabilistic
 // form, a dot product of n errors with themselves (values 0, so e^2 is all
@@ -344,6 +342,8 @@ TEST(Bounded, NoIntervalHoldsAValueThatMayBeNonFinite) {
   EXPECT_FALSE(std::isfinite(cancelled.kernel_bound));
 }
 
+// GELU's derivative (tanh form), as the kernels compute it, lies within
+// the interval the reference assumes for it.
 TEST(Bounded, GeluSlopeLiesWithinItsInterval) {
   float lowest = 1.0f, highest = 0.0f;
   for (int i = -200000; i <= 200000; ++i) {
