@@ -105,9 +105,11 @@ ReferenceRun run_reference(const Scenario& scenario, const Split& split, const E
   const ref::ScopedRoundingModel scope(rounding);
   const ref::ModelSpec& spec = scenario.spec.model;
   const ref::ProcedureConfig config = procedure_of(scenario);
-  const auto results = ref::run_trajectory(spec, config, start_of(scenario, config), scenario.windows, split);
   ReferenceRun out;
-  for (const auto& r : results) out.windows.push_back(to_window(scenario.schema, r));
+  ref::run_trajectory(spec, config, start_of(scenario, config), scenario.windows, split,
+                      [&](std::size_t, const ref::WindowResult<Bounded>& r) {
+                        out.windows.push_back(to_window(scenario.schema, r));
+                      });
   return out;
 }
 

@@ -79,11 +79,13 @@ bool valid_scenario_name(const std::string& name);
 
 // What checking the scenario will hold at its peak, from its shapes alone
 // (before anything is allocated): the reference's bounded tensors of the
-// largest window (the full-batch pass holds all of its rows) and their
-// GEMM temporaries, the parameters with their gradients, optimizer state
-// and buffers, and the kernel's float32 tensors. An upper estimate, to
-// refuse a scenario that cannot fit before it starts: 1.1-1.9x the peak
-// RSS measured on the scale suite, under 100 MB on the default suite.
+// largest window (the full-batch pass holds all of its rows) and of its
+// largest micro-batch, their GEMM temporaries, the parameter-sized state of
+// two reference runs at once and every window's records of it, the
+// kernel's float32 tensors and the process itself. An upper estimate, to
+// refuse a scenario that cannot fit before it starts: 1.2-1.7x the peak
+// RSS measured on the scale suite and on language-model blocks up to
+// widths 768/3072 (docs/NUMERICS.md §8).
 double estimated_peak_bytes(const ScenarioSpec& spec);
 // One line with everything that defines the scenario: model, data, split,
 // procedure, precision, seed.

@@ -229,9 +229,11 @@ template <class T>
 WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfig& config, const Tensors<T>& params,
                                      Tensors<T>& buffers, const Batch& window,
                                      const std::vector<long>& micro_batch_samples, double loss_scale = 1.0) {
-  Tensors<T> weights = params;
+  // The weights the passes read: the master weights, or their compute copies.
+  Tensors<T> compute_copies;
   if (config.compute_copy)
-    for (auto& w : weights) w = quantized(w, Storage::compute);
+    for (const auto& p : params) compute_copies.push_back(quantized(p, Storage::compute));
+  const Tensors<T>& weights = config.compute_copy ? compute_copies : params;
   std::vector<double> scales = micro_batch_scales(config, spec.loss, window, micro_batch_samples);
   for (double& s : scales) s *= loss_scale;  // a power of two: exact
   std::vector<Batch> micro_batches;
@@ -422,17 +424,18 @@ WindowResult<T> run_window(const ModelSpec& spec, const ProcedureConfig& config,
   return {std::move(g), std::move(state), skip};
 }
 
-// K windows from `state`, each starting where the previous one ended.
-template <class T>
-std::vector<WindowResult<T>> run_trajectory(const ModelSpec& spec, const ProcedureConfig& config,
-                                            TrainingState<T> state, const std::vector<Batch>& windows,
-                                            const std::vector<std::vector<long>>& splits) {
-  std::vector<WindowResult<T>> results;
+// K windows from `state`, each starting where the previous one ended;
+// visit(w, result) sees each window's result as it is made. Only the
+// running state is kept: at real widths a window's state and gradients are
+// several parameter-sized tensors of bounded values each.
+template <class T, class Visit>
+void run_trajectory(const ModelSpec& spec, const ProcedureConfig& config, TrainingState<T> state,
+                    const std::vector<Batch>& windows, const std::vector<std::vector<long>>& splits, Visit&& visit) {
   for (std::size_t w = 0; w < windows.size(); ++w) {
-    results.push_back(run_window(spec, config, state, windows[w], splits[w]));
-    state = results.back().after;
+    WindowResult<T> result = run_window(spec, config, std::move(state), windows[w], splits[w]);
+    visit(w, static_cast<const WindowResult<T>&>(result));
+    state = std::move(result.after);
   }
-  return results;
 }
 
 }  // namespace gradeq::ref

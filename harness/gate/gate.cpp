@@ -56,8 +56,8 @@ void require_fits(const ScenarioSpec& spec, double max_memory_bytes) {
   constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
   char text[256];
   std::snprintf(text, sizeof text,
-                "scenario %s needs about %.1f GiB at its peak (its largest window's rows x the layers' widths, in "
-                "the bounded reference), more than the %.1f GiB allowed (--max-memory; default: the memory available)",
+                "scenario %s needs about %.2f GiB at its peak (its largest window's rows x the layers' widths and its "
+                "parameters, in the bounded reference), more than the %.2f GiB allowed (--max-memory; default: the memory available)",
                 spec.name.c_str(), need / GiB, max_memory_bytes / GiB);
   throw std::invalid_argument(text);
 }
