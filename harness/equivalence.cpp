@@ -104,30 +104,48 @@ bool expects_equivalence(const ScenarioSpec& spec) {
   return true;
 }
 
-void add_reference_runs(const Scenario& scenario, Runs& runs, const ErrorModel& model) {
+void add_reference_runs(const Scenario& scenario, Runs& runs, const ErrorModel& model, const ProgressSink& progress) {
   const Split& split = scenario.spec.split;
   const Split full = full_batch_split(split);
+  const auto status = [](ProgressBoard& board, const char* part) -> ProgressSink {
+    return [&board, part](const std::string& s) { board.set(part, s); };
+  };
   // The full-batch runs on one thread, the accumulated ones on the other:
   // each run is computed alone, so the results do not depend on it.
-  ref::concurrently([&] { runs.r_full = run_reference(scenario, full, model); },
-                    [&] { runs.r_acc = run_reference(scenario, split, model); });
+  {
+    ProgressBoard board(progress, "reference");
+    const ProgressSink full_status = status(board, "full batch"), acc_status = status(board, "accumulated");
+    ref::concurrently([&] { runs.r_full = run_reference(scenario, full, model, full_status); },
+                      [&] { runs.r_acc = run_reference(scenario, split, model, acc_status); });
+  }
+  // Window by window again, each from the state a kernel run reached (a
+  // first window the runs above computed alike is reused).
+  ProgressBoard board(progress, "reference from kernel states");
+  const ProgressSink full_status = status(board, "full batch"), acc_status = status(board, "accumulated");
   ref::concurrently(
       [&] {
         if (!runs.k_full.windows.empty())
-          runs.r_full_at_k_full = run_reference_from(scenario, full, runs.k_full, model, false, &runs.r_full);
-        runs.r_full_at_k_acc = run_reference_from(scenario, full, runs.k_acc, model, /*impose_skips=*/true, &runs.r_full);
+          runs.r_full_at_k_full =
+              run_reference_from(scenario, full, runs.k_full, model, false, &runs.r_full, full_status);
+        runs.r_full_at_k_acc =
+            run_reference_from(scenario, full, runs.k_acc, model, /*impose_skips=*/true, &runs.r_full, full_status);
       },
-      [&] { runs.r_acc_at_k_acc = run_reference_from(scenario, split, runs.k_acc, model, false, &runs.r_acc); });
+      [&] {
+        runs.r_acc_at_k_acc = run_reference_from(scenario, split, runs.k_acc, model, false, &runs.r_acc, acc_status);
+      });
 }
 
-Runs execute(const Scenario& scenario, Backend& backend, const LoopFactory& loop, const ErrorModel& model) {
+Runs execute(const Scenario& scenario, Backend& backend, const LoopFactory& loop, const ErrorModel& model,
+             const ProgressSink& progress) {
   if (scenario.spec.procedure.batch_norm == ref::BatchNormMode::exact_window)
     throw std::invalid_argument("scenario " + scenario.spec.name +
                                 ": exact-window batchnorm is a reference-only mode (see `gradeq sweep norms`)");
   Runs runs;
+  if (progress) progress("kernel: full batch");
   runs.k_full = loop(backend)->run(scenario, full_batch_split(scenario.spec.split));
+  if (progress) progress("kernel: accumulated");
   runs.k_acc = loop(backend)->run(scenario, scenario.spec.split);
-  add_reference_runs(scenario, runs, model);
+  add_reference_runs(scenario, runs, model, progress);
   return runs;
 }
 
@@ -193,10 +211,10 @@ ScenarioResult judge(const Scenario& scenario, const Runs& runs) {
 }
 
 ScenarioResult check_scenario(const ScenarioSpec& spec, Backend& backend, const LoopFactory& loop,
-                              const ErrorModel& model) {
+                              const ErrorModel& model, const ProgressSink& progress) {
   const auto start = std::chrono::steady_clock::now();
   const Scenario scenario = materialize(spec);
-  ScenarioResult result = judge(scenario, execute(scenario, backend, loop, model));
+  ScenarioResult result = judge(scenario, execute(scenario, backend, loop, model, progress));
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }

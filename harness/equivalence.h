@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "harness/compare.h"
+#include "harness/progress.h"
 #include "harness/reference_run.h"
 #include "harness/scenario.h"
 #include "harness/tolerance.h"
@@ -90,10 +91,13 @@ std::vector<double> accumulation_bounds(const ReferenceTensor& acc, const Refere
 
 // The five reference runs for the kernel runs in `runs` (k_full may be
 // empty: then r_full_at_k_full is too).
-void add_reference_runs(const Scenario& scenario, Runs& runs, const ErrorModel& model);
-Runs execute(const Scenario& scenario, Backend& backend, const LoopFactory& loop, const ErrorModel& model);
+// progress, where given, hears which runs are under way, window by window
+// and micro-batch by micro-batch.
+void add_reference_runs(const Scenario& scenario, Runs& runs, const ErrorModel& model, const ProgressSink& progress = {});
+Runs execute(const Scenario& scenario, Backend& backend, const LoopFactory& loop, const ErrorModel& model,
+             const ProgressSink& progress = {});
 ScenarioResult judge(const Scenario& scenario, const Runs& runs);
 ScenarioResult check_scenario(const ScenarioSpec& spec, Backend& backend, const LoopFactory& loop,
-                              const ErrorModel& model);
+                              const ErrorModel& model, const ProgressSink& progress = {});
 
 }  // namespace gradeq

@@ -4,11 +4,45 @@
 // terminal, rate-limited in a log); an empty sink shows nothing.
 #pragma once
 
+#include <cstddef>
 #include <functional>
+#include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace gradeq {
 
 using ProgressSink = std::function<void(const std::string&)>;
+
+// The parts of one job that run at once (the full-batch and the accumulated
+// reference runs), each with its latest status, shown together on one line
+// at every update: "reference: full batch window 1/2; accumulated window
+// 1/2, micro-batch 7/16". Updates may come from several threads.
+class ProgressBoard {
+ public:
+  ProgressBoard(ProgressSink sink, std::string heading) : sink_(std::move(sink)), heading_(std::move(heading)) {}
+
+  void set(const std::string& part, const std::string& status) {
+    if (!sink_) return;
+    const std::lock_guard<std::mutex> lock(mutex_);
+    std::size_t i = 0;
+    while (i < parts_.size() && parts_[i].first != part) ++i;
+    if (i == parts_.size()) parts_.emplace_back(part, status);
+    parts_[i].second = status;
+    std::string line = heading_;
+    for (std::size_t k = 0; k < parts_.size(); ++k) {
+      line += k ? "; " : ": ";
+      line += parts_[k].first + " " + parts_[k].second;
+    }
+    sink_(line);
+  }
+
+ private:
+  ProgressSink sink_;
+  std::string heading_;
+  std::mutex mutex_;
+  std::vector<std::pair<std::string, std::string>> parts_;
+};
 
 }  // namespace gradeq

@@ -1,7 +1,9 @@
 // reference_run.cpp — the reference procedure with T = Bounded.
 #include "harness/reference_run.h"
 
+#include <optional>
 #include <stdexcept>
+#include <string>
 
 namespace gradeq {
 namespace {
@@ -97,24 +99,47 @@ ref::TrainingState<Bounded> start_of(const Scenario& s, const ref::ProcedureConf
                          : ref::initial_state<Bounded>(s.spec.model, config, s.initial_params);
 }
 
+// Reports window w of k to `status` as the run goes: as it starts and
+// after each of its micro-batches (where it has more than one).
+class WindowStatus {
+ public:
+  WindowStatus(const ProgressSink& status, std::size_t w, std::size_t k)
+      : window_("window " + std::to_string(w + 1) + "/" + std::to_string(k)),
+        observer_(status ? ref::MicroBatchObserver([&status, this](std::size_t done, std::size_t total) {
+          if (total > 1) status(window_ + ", micro-batch " + std::to_string(done) + "/" + std::to_string(total));
+        })
+                         : ref::MicroBatchObserver{}) {
+    if (status) status(window_);
+  }
+
+ private:
+  const std::string window_;
+  const ref::ScopedMicroBatchObserver observer_;
+};
+
 }  // namespace
 
-ReferenceRun run_reference(const Scenario& scenario, const Split& split, const ErrorModel& model) {
+ReferenceRun run_reference(const Scenario& scenario, const Split& split, const ErrorModel& model,
+                           const ProgressSink& status) {
   if (split.size() != scenario.windows.size()) throw std::invalid_argument("run_reference: split and data disagree");
   const ref::RoundingModel rounding = rounding_model_for(scenario.spec.precision, model);
   const ref::ScopedRoundingModel scope(rounding);
   const ref::ModelSpec& spec = scenario.spec.model;
   const ref::ProcedureConfig config = procedure_of(scenario);
   ReferenceRun out;
+  std::optional<WindowStatus> window_status;
+  window_status.emplace(status, 0, split.size());
   ref::run_trajectory(spec, config, start_of(scenario, config), scenario.windows, split,
-                      [&](std::size_t, const ref::WindowResult<Bounded>& r) {
+                      [&](std::size_t w, const ref::WindowResult<Bounded>& r) {
                         out.windows.push_back(to_window(scenario.schema, r));
+                        if (w + 1 < split.size()) window_status.emplace(status, w + 1, split.size());
                       });
   return out;
 }
 
 ReferenceWindow run_reference_window(const Scenario& scenario, std::size_t w, const std::vector<long>& micro_batches,
-                                     const KernelWindow* before, const ErrorModel& model, ref::SkipRule rule) {
+                                     const KernelWindow* before, const ErrorModel& model, ref::SkipRule rule,
+                                     const ProgressSink& status) {
   if (w >= scenario.windows.size()) throw std::out_of_range("run_reference_window: no such window");
   if ((w == 0) != (before == nullptr))
     throw std::invalid_argument("run_reference_window: window 0 starts from the initial state, later ones from a run's");
@@ -123,12 +148,14 @@ ReferenceWindow run_reference_window(const Scenario& scenario, std::size_t w, co
   const ref::ModelSpec& spec = scenario.spec.model;
   const ref::ProcedureConfig config = procedure_of(scenario);
   ref::TrainingState<Bounded> start = before ? state_from(scenario, config, *before) : start_of(scenario, config);
+  const WindowStatus window_status(status, w, scenario.windows.size());
   return to_window(scenario.schema, ref::run_window(spec, config, std::move(start), scenario.windows[w], micro_batches,
                                                   rule));
 }
 
 ReferenceRun run_reference_from(const Scenario& scenario, const Split& split, const KernelRun& kernel,
-                                const ErrorModel& model, bool impose_skips, const ReferenceRun* own) {
+                                const ErrorModel& model, bool impose_skips, const ReferenceRun* own,
+                                const ProgressSink& status) {
   if (kernel.windows.size() != split.size()) throw std::invalid_argument("run_reference_from: kernel run and split disagree");
   if (own && own->windows.size() != split.size()) throw std::invalid_argument("run_reference_from: own run and split disagree");
   const bool reuse_first = own && !scenario.spec.procedure.loss_scaling.dynamic;
@@ -137,7 +164,7 @@ ReferenceRun run_reference_from(const Scenario& scenario, const Split& split, co
     out.windows.push_back(w == 0 && reuse_first
                               ? own->windows[0]
                               : run_reference_window(scenario, w, split[w], w ? &kernel.windows[w - 1] : nullptr, model,
-                                                     ref::SkipRule{kernel.windows[w].skipped, impose_skips}));
+                                                     ref::SkipRule{kernel.windows[w].skipped, impose_skips}, status));
   return out;
 }
 

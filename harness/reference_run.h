@@ -14,19 +14,23 @@
 #include <string>
 #include <vector>
 
+#include "harness/progress.h"
 #include "harness/run_record.h"
 #include "harness/scenario.h"
 #include "harness/tolerance.h"
 
 namespace gradeq {
 
-ReferenceRun run_reference(const Scenario& scenario, const Split& split, const ErrorModel& model);
+// status, where given, hears "window 1/2, micro-batch 7/16" as the run goes.
+ReferenceRun run_reference(const Scenario& scenario, const Split& split, const ErrorModel& model,
+                           const ProgressSink& status = {});
 
 // Window w with the given micro-batches, from the state `before` left
 // (nullptr: the scenario's initial state, which must be the case for w = 0).
 // rule: the loss scaler's decision (reference/procedure.h, SkipRule).
 ReferenceWindow run_reference_window(const Scenario& scenario, std::size_t w, const std::vector<long>& micro_batches,
-                                     const KernelWindow* before, const ErrorModel& model, ref::SkipRule rule = {});
+                                     const KernelWindow* before, const ErrorModel& model, ref::SkipRule rule = {},
+                                     const ProgressSink& status = {});
 
 // Window by window, each from the state the kernel run reached before it.
 // The kernel's loss-scaler decision is followed where overflow is possible
@@ -38,6 +42,7 @@ ReferenceWindow run_reference_window(const Scenario& scenario, std::size_t w, co
 // Its first window starts from the same state; without dynamic loss scaling
 // the kernel's decision does not enter it, so it is reused, not recomputed.
 ReferenceRun run_reference_from(const Scenario& scenario, const Split& split, const KernelRun& kernel,
-                                const ErrorModel& model, bool impose_skips = false, const ReferenceRun* own = nullptr);
+                                const ErrorModel& model, bool impose_skips = false, const ReferenceRun* own = nullptr,
+                                const ProgressSink& status = {});
 
 }  // namespace gradeq

@@ -1,9 +1,24 @@
-// procedure.cpp — batch slicing and the per-micro-batch loss scales.
+// procedure.cpp — batch slicing, the per-micro-batch loss scales and the
+// micro-batch observer.
 #include "reference/procedure.h"
 
 #include <stdexcept>
+#include <utility>
 
 namespace gradeq::ref {
+
+namespace {
+thread_local const MicroBatchObserver* active_micro_batch_observer = nullptr;
+}  // namespace
+
+const MicroBatchObserver* micro_batch_observer() { return active_micro_batch_observer; }
+
+ScopedMicroBatchObserver::ScopedMicroBatchObserver(MicroBatchObserver observer)
+    : observer_(std::move(observer)), previous_(active_micro_batch_observer) {
+  active_micro_batch_observer = observer_ ? &observer_ : nullptr;
+}
+
+ScopedMicroBatchObserver::~ScopedMicroBatchObserver() { active_micro_batch_observer = previous_; }
 
 long Batch::items(LossKind loss) const { return loss == LossKind::mse ? rows() : cross_entropy_items(classes); }
 

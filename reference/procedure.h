@@ -10,6 +10,8 @@
 // the step happens once, after the last micro-batch. No I/O, no harness types.
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -225,6 +227,24 @@ inline std::size_t window_ranks(const ProcedureConfig& config, std::size_t micro
 
 // zero -> for each micro-batch: forward, scaled loss, backward, accumulate
 // -> unscale. BatchNorm running statistics in `buffers` are updated.
+// Long runs report that they are alive: after each micro-batch a window
+// accumulates, on this thread, the observer in scope (if any) hears how many
+// of the window's micro-batches are done. At real widths one micro-batch of
+// the bounded reference takes seconds.
+using MicroBatchObserver = std::function<void(std::size_t done, std::size_t total)>;
+const MicroBatchObserver* micro_batch_observer();
+class ScopedMicroBatchObserver {
+ public:
+  explicit ScopedMicroBatchObserver(MicroBatchObserver observer);
+  ~ScopedMicroBatchObserver();
+  ScopedMicroBatchObserver(const ScopedMicroBatchObserver&) = delete;
+  ScopedMicroBatchObserver& operator=(const ScopedMicroBatchObserver&) = delete;
+
+ private:
+  const MicroBatchObserver observer_;
+  const MicroBatchObserver* previous_;
+};
+
 template <class T>
 WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfig& config, const Tensors<T>& params,
                                      Tensors<T>& buffers, const Batch& window,
@@ -271,6 +291,7 @@ WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfi
                                                    exact_bn ? &window_norms : nullptr)
                              .grads;
     for (std::size_t p = 0; p < params.size(); ++p) buffer[p].add(g[p]);
+    if (const MicroBatchObserver* observer = micro_batch_observer()) (*observer)(b + 1, micro_batches.size());
   }
   for (std::size_t p = 0; p < params.size(); ++p) {
     if (ranks == 1) {

@@ -6,8 +6,12 @@
 #include <cmath>
 #include <csignal>
 #include <fstream>
+#include <algorithm>
 #include <limits>
+#include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "harness/backends.h"
 #include "harness/compare.h"
@@ -198,6 +202,54 @@ TEST(Equivalence, ReusedFirstWindowIsTheOneComputedFromTheKernelRun) {
     expect_same(runs.r_full_at_k_acc.windows[0], full[0], runs.k_acc.windows[0], true);
   }
   EXPECT_GT(reused, 0) << "no default scenario without dynamic loss scaling";
+}
+
+// A long check reports where it is: the kernel runs, then every window of
+// both reference runs as it starts and every micro-batch of the
+// accumulated one, then the later windows from the kernel's states; and
+// reporting changes nothing it computes.
+TEST(Equivalence, ProgressNamesEveryWindowAndMicroBatch) {
+  CpuBackend cpu;
+  const ScenarioSpec spec = *find_scenario(default_scenarios(), "partial_last_window");  // windows of 4, 4 and 2
+  std::vector<std::string> lines;
+  std::mutex mutex;
+  const ProgressSink sink = [&](const std::string& line) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    lines.push_back(line);
+  };
+  const ScenarioResult reported = check_scenario(spec, cpu, correct_loop(), ErrorModel{}, sink);
+  const ScenarioResult silent = check_scenario(spec, cpu, correct_loop(), ErrorModel{});
+  auto seen = [&](const std::string& text) {
+    return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(text) != std::string::npos; });
+  };
+  EXPECT_TRUE(seen("kernel: full batch"));
+  EXPECT_TRUE(seen("kernel: accumulated"));
+  for (std::size_t w = 0; w < spec.split.size(); ++w) {
+    const std::string window = "window " + std::to_string(w + 1) + "/3";
+    EXPECT_TRUE(seen("reference: full batch " + window)) << window;
+    for (std::size_t b = 1; b <= spec.split[w].size(); ++b)
+      EXPECT_TRUE(seen("accumulated " + window + ", micro-batch " + std::to_string(b) + "/" +
+                       std::to_string(spec.split[w].size())))
+          << window << " micro-batch " << b;
+  }
+  EXPECT_TRUE(seen("reference from kernel states:"));
+  EXPECT_FALSE(seen("micro-batch 1/1")) << "a one-micro-batch window has nothing to count";
+  ASSERT_EQ(reported.kernel.checks.size(), silent.kernel.checks.size());
+  for (std::size_t i = 0; i < reported.kernel.checks.size(); ++i)
+    EXPECT_EQ(reported.kernel.checks[i].worst_ratio, silent.kernel.checks[i].worst_ratio) << i;
+  EXPECT_EQ(reported.accumulation.worst_ratio, silent.accumulation.worst_ratio);
+}
+
+// A progress board shows every part's latest status on one line.
+TEST(ProgressBoard, ShowsEveryPartOnOneLine) {
+  std::vector<std::string> lines;
+  ProgressBoard board([&](const std::string& l) { lines.push_back(l); }, "reference");
+  board.set("full batch", "window 1/2");
+  board.set("accumulated", "window 1/2, micro-batch 1/4");
+  board.set("full batch", "window 2/2");
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], "reference: full batch window 1/2");
+  EXPECT_EQ(lines[2], "reference: full batch window 2/2; accumulated window 1/2, micro-batch 1/4");
 }
 
 // Jobs shared with a worker process: each runs once, results come back by

@@ -14,6 +14,7 @@
 // 3 environment (e.g. cuda asked for but unavailable, out of memory),
 // 4 internal error (a bug in gradeq), 128 + N killed by signal N.
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -252,7 +253,14 @@ bool stderr_is_terminal() { return isatty(STDERR_FILENO) == 1; }
 // Progress on stderr: one line rewritten in place on a terminal; in a log,
 // the latest line at most every 30 seconds.
 ProgressSink make_progress() {
-  if (stderr_is_terminal()) return [](const std::string& line) { std::cerr << "\r\033[K" << line << std::flush; };
+  if (stderr_is_terminal())
+    return [](const std::string& line) {
+      // Rewritten in place, so cut to the terminal's width: a line that
+      // wraps leaves its first rows behind at every rewrite.
+      winsize size{};
+      const std::size_t width = ioctl(STDERR_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 1 ? size.ws_col - 1 : 0;
+      std::cerr << "\r\033[K" << (width && line.size() > width ? line.substr(0, width) : line) << std::flush;
+    };
   auto last = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
   return [last](const std::string& line) {
     const auto now = std::chrono::steady_clock::now();

@@ -139,8 +139,8 @@ CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFac
   for (const ScenarioSpec& s : scenarios) require_fits(s, options.max_memory_bytes);
   const std::size_t total = scenarios.size() + properties.size();
   std::size_t done = 0;
+  // Returns the line, so that a long check can add what it is doing to it.
   auto announce = [&](const std::string& what, std::size_t number = 0) {
-    if (!progress) return;
     // Appended piecewise: "[" + std::string&& trips a false -Wrestrict in g++ 12.
     std::string line = "[";
     line += std::to_string(number ? number : ++done);
@@ -148,14 +148,17 @@ CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFac
     line += std::to_string(total);
     line += "] ";
     line += what;
-    progress(line);
+    if (progress) progress(line);
+    return line;
   };
   auto run_scenarios = [&] {
     for (std::size_t i = 0; i < scenarios.size(); ++i) {
       ScenarioSpec s = scenarios[i];
       s.seed = mix_seed(options.seed, s.seed);
-      announce("scenario " + s.name);
-      report.scenarios.push_back(check_scenario(s, backend, loop, options.model));
+      const std::string line = announce("scenario " + s.name);
+      const ProgressSink detail =
+          progress ? ProgressSink([&progress, line](const std::string& d) { progress(line + ", " + d); }) : ProgressSink{};
+      report.scenarios.push_back(check_scenario(s, backend, loop, options.model, detail));
       predict_memory(report.scenarios.back().memory, s, backend, loop);
     }
   };
