@@ -1,7 +1,6 @@
 // reference_run.cpp — the reference procedure with T = Bounded.
 #include "harness/reference_run.h"
 
-#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -126,14 +125,17 @@ ReferenceRun run_reference(const Scenario& scenario, const Split& split, const E
   const ref::ScopedRoundingModel scope(rounding);
   const ref::ModelSpec& spec = scenario.spec.model;
   const ref::ProcedureConfig config = procedure_of(scenario);
+  // Each window starts where the previous one ended. Only the running state
+  // is kept, each window's result recorded as it is made: at real widths a
+  // state is several parameter-sized tensors of bounded values.
   ReferenceRun out;
-  std::optional<WindowStatus> window_status;
-  window_status.emplace(status, 0, split.size());
-  ref::run_trajectory(spec, config, start_of(scenario, config), scenario.windows, split,
-                      [&](std::size_t w, const ref::WindowResult<Bounded>& r) {
-                        out.windows.push_back(to_window(scenario.schema, r));
-                        if (w + 1 < split.size()) window_status.emplace(status, w + 1, split.size());
-                      });
+  ref::TrainingState<Bounded> state = start_of(scenario, config);
+  for (std::size_t w = 0; w < split.size(); ++w) {
+    const WindowStatus window_status(status, w, split.size());
+    ref::WindowResult<Bounded> r = ref::run_window(spec, config, std::move(state), scenario.windows[w], split[w]);
+    out.windows.push_back(to_window(scenario.schema, r));
+    state = std::move(r.after);
+  }
   return out;
 }
 

@@ -445,18 +445,4 @@ WindowResult<T> run_window(const ModelSpec& spec, const ProcedureConfig& config,
   return {std::move(g), std::move(state), skip};
 }
 
-// K windows from `state`, each starting where the previous one ended;
-// visit(w, result) sees each window's result as it is made. Only the
-// running state is kept: at real widths a window's state and gradients are
-// several parameter-sized tensors of bounded values each.
-template <class T, class Visit>
-void run_trajectory(const ModelSpec& spec, const ProcedureConfig& config, TrainingState<T> state,
-                    const std::vector<Batch>& windows, const std::vector<std::vector<long>>& splits, Visit&& visit) {
-  for (std::size_t w = 0; w < windows.size(); ++w) {
-    WindowResult<T> result = run_window(spec, config, std::move(state), windows[w], splits[w]);
-    visit(w, static_cast<const WindowResult<T>&>(result));
-    state = std::move(result.after);
-  }
-}
-
 }  // namespace gradeq::ref
