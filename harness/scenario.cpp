@@ -238,9 +238,10 @@ double estimated_peak_bytes(const ScenarioSpec& s) {
   for (const ref::ParameterInfo& p : ref::parameter_layout(s.model))
     params += static_cast<double>(p.rows) * static_cast<double>(p.cols);
   const double bounded = sizeof(ref::Bounded);
-  // The tape, its stored copies, the output gradients and their temporaries:
-  // 4 bounded values per row and width, in both runs.
-  const double activations = 4.0 * (rows + micro_batch_rows) * width_sum * bounded;
+  // The tape (each layer's input, freed as backward passes the layer), the
+  // output, the gradient flowing back and a layer's temporaries: 2.5
+  // bounded values per row and width, in both runs.
+  const double activations = 2.5 * (rows + micro_batch_rows) * width_sum * bounded;
   const double gemm_temporaries = 12.0 * 8.0 * rows * width_max;  // the matrix form's float64 parts
   // Two reference runs at a time (harness/equivalence.cpp), each holding
   // about 7 parameter-sized bounded tensors (the state: parameters and

@@ -128,24 +128,32 @@ struct Backward {
   Tensors<T> layer_output_grads;    // dy arriving at each layer's output
 };
 
+namespace detail {
+
 // Backward from dy at the output. Gradients are fresh: the caller adds them
-// into its accumulation buffer.
+// into its accumulation buffer. With `output_grads`, the dy arriving at each
+// layer's output is kept there. With `release` (the tape itself, given
+// away by the caller), each layer's entries are freed as soon as its
+// backward is done: at real widths the tape is most of a pass's memory, and
+// holding it all until the end, beside a second set of activation-sized
+// gradients, doubled the pass's peak.
 template <class T>
-Backward<T> backward_with_layer_grads(const ModelSpec& spec, const Tensors<T>& params, const Tape<T>& tape,
-                                      const Matrix<T>& dy_out, const WindowNorms<T>* window = nullptr) {
+Tensors<T> backward_pass(const ModelSpec& spec, const Tensors<T>& params, const Tape<T>& tape, const Matrix<T>& dy_out,
+                         const WindowNorms<T>* window, Tensors<T>* output_grads, Tape<T>* release) {
   const std::vector<long> first = first_parameter(spec);
-  Backward<T> out{Tensors<T>(params.size()), Tensors<T>(spec.layers.size())};
+  Tensors<T> grads(params.size());
+  if (output_grads) output_grads->assign(spec.layers.size(), Matrix<T>());
   Matrix<T> dy = dy_out;
   for (std::size_t l = spec.layers.size(); l-- > 0;) {
-    out.layer_output_grads[l] = dy;
+    if (output_grads) (*output_grads)[l] = dy;
     const Matrix<T>& x = tape.layer_inputs[l];
     const Matrix<T>* p = params.data() + first[l];
     Matrix<T> dx;
     switch (spec.layers[l].kind) {
       case LayerKind::linear: {
         LinearGrads<T> g = linear_backward(x, p[0], dy);
-        out.grads[first[l]] = std::move(g.dw);
-        out.grads[first[l] + 1] = std::move(g.db);
+        grads[first[l]] = std::move(g.dw);
+        grads[first[l] + 1] = std::move(g.db);
         dx = std::move(g.dx);
         break;
       }
@@ -160,21 +168,48 @@ Backward<T> backward_with_layer_grads(const ModelSpec& spec, const Tensors<T>& p
         const bool supplied = window && window->coupling.size() > l && window->coupling[l].has_value();
         NormGrads<T> g = norm_backward(shape, x, p[0], dy, st,
                                        supplied ? *window->coupling[l] : norm_coupling(shape, x, p[0], dy, st));
-        out.grads[first[l]] = std::move(g.dgamma);
-        if (spec.layers[l].kind != LayerKind::rms_norm) out.grads[first[l] + 1] = std::move(g.dbeta);
+        grads[first[l]] = std::move(g.dgamma);
+        if (spec.layers[l].kind != LayerKind::rms_norm) grads[first[l] + 1] = std::move(g.dbeta);
         dx = std::move(g.dx);
         break;
       }
     }
+    if (release) {
+      release->layer_inputs[l] = Matrix<T>();
+      release->statistics[l].reset();
+    }
     // The first layer's dx is not needed; a kernel does not compute it.
-    if (l > 0) dy = stored(dx, Storage::compute);
+    dy = l > 0 ? stored(dx, Storage::compute) : Matrix<T>();
   }
+  return grads;
+}
+
+}  // namespace detail
+
+// Backward from dy at the output, keeping the dy that arrives at each
+// layer's output (the exact BatchNorm procedure's coupling needs them).
+template <class T>
+Backward<T> backward_with_layer_grads(const ModelSpec& spec, const Tensors<T>& params, const Tape<T>& tape,
+                                      const Matrix<T>& dy_out, const WindowNorms<T>* window = nullptr) {
+  Backward<T> out;
+  out.grads = detail::backward_pass(spec, params, tape, dy_out, window, &out.layer_output_grads,
+                                    static_cast<Tape<T>*>(nullptr));
   return out;
 }
 
+// The parameters' gradients alone, from a tape that is kept.
 template <class T>
 Tensors<T> backward(const ModelSpec& spec, const Tensors<T>& params, const Tape<T>& tape, const Matrix<T>& dy_out) {
-  return backward_with_layer_grads(spec, params, tape, dy_out).grads;
+  return detail::backward_pass(spec, params, tape, dy_out, static_cast<const WindowNorms<T>*>(nullptr),
+                               static_cast<Tensors<T>*>(nullptr), static_cast<Tape<T>*>(nullptr));
+}
+
+// The parameters' gradients alone, from a tape given away: each layer's
+// entries are freed once its backward is done.
+template <class T>
+Tensors<T> backward(const ModelSpec& spec, const Tensors<T>& params, Tape<T>&& tape, const Matrix<T>& dy_out,
+                    const WindowNorms<T>* window = nullptr) {
+  return detail::backward_pass(spec, params, tape, dy_out, window, static_cast<Tensors<T>*>(nullptr), &tape);
 }
 
 }  // namespace gradeq::ref

@@ -281,15 +281,14 @@ WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfi
   for (std::size_t b = 0; b < micro_batches.size(); ++b) {
     std::vector<detail::GradientBuffer<T>>& buffer = buffers_of[b / per_rank];
     const Batch& mb = micro_batches[b];
-    const Tape<T> tape =
+    Tape<T> tape =
         forward(spec, weights, lift<T>(mb.inputs), exact_bn ? nullptr : &buffers, exact_bn ? &window_norms : nullptr);
     const T scale(scales[b]);
     LossAndGrad<T> loss = spec.loss == LossKind::mse ? mse_loss(tape.output, lift<T>(mb.targets), scale)
                                                      : cross_entropy_loss(tape.output, mb.classes, scale);
     losses.push_back(loss.loss_sum * scale);
-    const Tensors<T> g = backward_with_layer_grads(spec, weights, tape, stored(loss.dy, Storage::compute),
-                                                   exact_bn ? &window_norms : nullptr)
-                             .grads;
+    const Tensors<T> g = backward(spec, weights, std::move(tape), stored(loss.dy, Storage::compute),
+                                  exact_bn ? &window_norms : nullptr);
     for (std::size_t p = 0; p < params.size(); ++p) buffer[p].add(g[p]);
     if (const MicroBatchObserver* observer = micro_batch_observer()) (*observer)(b + 1, micro_batches.size());
   }
