@@ -104,25 +104,40 @@ bool expects_equivalence(const ScenarioSpec& spec) {
   return true;
 }
 
+// Two reference runs at once, or one after the other where memory asks for
+// it (ScenarioSpec::reference_runs_in_turn): each run is computed alone,
+// so the results are the same.
+template <class F, class G>
+void run_both(const Scenario& scenario, F&& first, G&& second) {
+  if (scenario.spec.reference_runs_in_turn) {
+    first();
+    second();
+  } else {
+    ref::concurrently(first, second);
+  }
+}
+
 void add_reference_runs(const Scenario& scenario, Runs& runs, const ErrorModel& model, const ProgressSink& progress) {
   const Split& split = scenario.spec.split;
   const Split full = full_batch_split(split);
   const auto status = [](ProgressBoard& board, const char* part) -> ProgressSink {
     return [&board, part](const std::string& s) { board.set(part, s); };
   };
-  // The full-batch runs on one thread, the accumulated ones on the other:
-  // each run is computed alone, so the results do not depend on it.
+  // The full-batch runs on one thread, the accumulated ones on the other
+  // (or in turn).
   {
     ProgressBoard board(progress, "reference");
     const ProgressSink full_status = status(board, "full batch"), acc_status = status(board, "accumulated");
-    ref::concurrently([&] { runs.r_full = run_reference(scenario, full, model, full_status); },
-                      [&] { runs.r_acc = run_reference(scenario, split, model, acc_status); });
+    run_both(
+        scenario, [&] { runs.r_full = run_reference(scenario, full, model, full_status); },
+        [&] { runs.r_acc = run_reference(scenario, split, model, acc_status); });
   }
   // Window by window again, each from the state a kernel run reached (a
   // first window the runs above computed alike is reused).
   ProgressBoard board(progress, "reference from kernel states");
   const ProgressSink full_status = status(board, "full batch"), acc_status = status(board, "accumulated");
-  ref::concurrently(
+  run_both(
+      scenario,
       [&] {
         if (!runs.k_full.windows.empty())
           runs.r_full_at_k_full =

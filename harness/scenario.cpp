@@ -221,8 +221,8 @@ bool valid_scenario_name(const std::string& name) {
 
 double estimated_peak_bytes(const ScenarioSpec& s) {
   const std::vector<long> widths = ref::layer_widths(s.model);
-  // The full-batch run and the accumulated one run at once: the largest
-  // window's rows and its largest micro-batch's.
+  // The full-batch run and the accumulated one run at once (the largest
+  // window's rows and its largest micro-batch's), or in turn (the larger).
   double rows = 0.0, micro_batch_rows = 0.0;
   for (const auto& window : s.split) {
     const auto positions = static_cast<double>(s.model.positions);
@@ -241,9 +241,11 @@ double estimated_peak_bytes(const ScenarioSpec& s) {
   // The tape (each layer's input, freed as backward passes the layer), the
   // output, the gradient flowing back and a layer's temporaries: 2.5
   // bounded values per row and width, in both runs.
-  const double activations = 2.5 * (rows + micro_batch_rows) * width_sum * bounded;
+  const double runs = s.reference_runs_in_turn ? 1.0 : 2.0;
+  const double activations =
+      2.5 * (s.reference_runs_in_turn ? std::max(rows, micro_batch_rows) : rows + micro_batch_rows) * width_sum * bounded;
   const double gemm_temporaries = 12.0 * 8.0 * rows * width_max;  // the matrix form's float64 parts
-  // Two reference runs at a time (harness/equivalence.cpp), each holding
+  // Two reference runs at a time (harness/equivalence.cpp; one when in turn), each holding
   // about 7 parameter-sized bounded tensors (the state: parameters and
   // moments; the compute copies of the weights, the accumulation buffer, a
   // micro-batch's fresh gradients, the window's gradients), and every
@@ -256,7 +258,7 @@ double estimated_peak_bytes(const ScenarioSpec& s) {
   const double moments = o.kind == ref::OptimizerKind::sgd ? (o.momentum > 0.0 ? 1.0 : 0.0) : 2.0;
   const double recorded = 2.0 + moments;
   const double windows = static_cast<double>(s.split.size());
-  const double state = 14.0 * params * bounded + 300.0 * windows * recorded * params;
+  const double state = runs * 7.0 * params * bounded + 300.0 * windows * recorded * params;
   const double kernel = 3.0 * 4.0 * rows * width_sum + 8.0 * 4.0 * params;
   // A weight gradient after a normalizer: the matrix form follows each
   // statistics group's two shared sources (mean, 1/sigma) through dW = dy^T x,

@@ -64,6 +64,13 @@ struct ScenarioSpec {
   // recomputes the block's forward (harness/training_loop.h). 0: off. The
   // arithmetic is the same, so the reference ignores it.
   long checkpoint_every = 0;
+  // How the reference runs, not what it computes: the full-batch and the
+  // accumulated reference runs go one after the other instead of at once
+  // (harness/equivalence.cpp), holding one run's parameter-sized state at a
+  // time for up to twice the time. The gate sets it where both at once would not
+  // fit in the memory allowed (fit_to_memory, harness/gate/gate.h); the
+  // results are the same either way.
+  bool reference_runs_in_turn = false;
 };
 
 // Domains (docs: README "A config file"): what validate() accepts.
@@ -81,11 +88,11 @@ bool valid_scenario_name(const std::string& name);
 // (before anything is allocated): the reference's bounded tensors of the
 // largest window (the full-batch pass holds all of its rows) and of its
 // largest micro-batch, their GEMM temporaries, the parameter-sized state of
-// two reference runs at once and every window's records of it, the
-// kernel's float32 tensors and the process itself. An upper estimate, to
-// refuse a scenario that cannot fit before it starts: 1.2-1.7x the peak
-// RSS measured on the scale suite and on language-model blocks up to
-// widths 768/3072 (docs/NUMERICS.md §8).
+// two reference runs at once (one, with reference_runs_in_turn) and every
+// window's records of it, the kernel's float32 tensors and the process
+// itself. An upper estimate, to refuse a scenario that cannot fit before
+// it starts: 1.3-1.7x the peak RSS measured on the scale suite and on
+// language-model blocks up to widths 768/3072 (docs/NUMERICS.md §8).
 double estimated_peak_bytes(const ScenarioSpec& spec);
 // One line with everything that defines the scenario: model, data, split,
 // procedure, precision, seed.

@@ -23,8 +23,9 @@ std::string check_summary(const CheckReport& r) {
     const std::string peak = s.memory.accumulated.peak > 0.0
                                  ? fmt::format("  peak {}", format_bytes(s.memory.accumulated.peak))
                                  : std::string();
-    out << fmt::format("  {:4}  scenario {:30} {}  kernel {:.2e}{}  ({:.2f} s)\n", s.passed() ? "pass" : "FAIL",
-                       s.spec.name, accumulation, s.kernel.worst_ratio, peak, s.seconds);
+    out << fmt::format("  {:4}  scenario {:30} {}  kernel {:.2e}{}  ({:.2f} s{})\n", s.passed() ? "pass" : "FAIL",
+                       s.spec.name, accumulation, s.kernel.worst_ratio, peak, s.seconds,
+                       s.spec.reference_runs_in_turn ? ", reference runs in turn to fit in memory" : "");
     if (!s.passed()) out << "        " << s.first_failure() << "\n";
   }
   for (const PropertyRun& p : r.properties) {

@@ -157,6 +157,7 @@ nlohmann::json report_json(const CheckReport& r) {
                          {"seconds", s.seconds},
                          {"verdicts", {verdict_json(s.math), verdict_json(s.kernel), verdict_json(s.accumulation)}}});
     if (s.memory.accumulated.peak > 0.0) scenarios.back()["memory"] = memory_json(s.memory);
+    if (s.spec.reference_runs_in_turn) scenarios.back()["reference_runs_in_turn"] = true;
   }
   nlohmann::json properties = nlohmann::json::array();
   for (const PropertyRun& p : r.properties)

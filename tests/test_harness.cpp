@@ -240,6 +240,55 @@ TEST(Equivalence, ProgressNamesEveryWindowAndMicroBatch) {
   EXPECT_EQ(reported.accumulation.worst_ratio, silent.accumulation.worst_ratio);
 }
 
+// A scenario whose two reference runs at once would not fit in the memory
+// allowed, but one at a time would, runs them in turn, with the same
+// results; one that does not fit even then is refused; no limit, no change.
+TEST(Equivalence, ReferenceRunsGoInTurnWhereBothAtOnceWouldNotFit) {
+  ScenarioSpec spec = *find_scenario(default_scenarios(), "partial_last_window");
+  const double at_once = estimated_peak_bytes(spec);
+  ScenarioSpec in_turn_spec = spec;
+  in_turn_spec.reference_runs_in_turn = true;
+  const double in_turn = estimated_peak_bytes(in_turn_spec);
+  ASSERT_LT(in_turn, at_once);
+
+  fit_to_memory(spec, 0.0);
+  EXPECT_FALSE(spec.reference_runs_in_turn) << "no limit";
+  fit_to_memory(spec, at_once);
+  EXPECT_FALSE(spec.reference_runs_in_turn) << "both fit at once";
+  fit_to_memory(spec, 0.5 * (in_turn + at_once));
+  EXPECT_TRUE(spec.reference_runs_in_turn);
+  try {
+    ScenarioSpec refused = spec;
+    fit_to_memory(refused, 0.99 * in_turn);
+    ADD_FAILURE() << "a scenario that does not fit even in turn is refused";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("even with its reference runs in turn"), std::string::npos) << e.what();
+  }
+
+  CpuBackend cpu;
+  const ScenarioSpec at_once_spec = *find_scenario(default_scenarios(), "partial_last_window");
+  std::vector<std::string> lines;
+  const ScenarioResult in_turn_result =
+      check_scenario(spec, cpu, correct_loop(), ErrorModel{}, [&](const std::string& l) { lines.push_back(l); });
+  const ScenarioResult at_once_result = check_scenario(at_once_spec, cpu, correct_loop(), ErrorModel{});
+  ASSERT_EQ(in_turn_result.kernel.checks.size(), at_once_result.kernel.checks.size());
+  for (std::size_t i = 0; i < in_turn_result.kernel.checks.size(); ++i)
+    EXPECT_EQ(in_turn_result.kernel.checks[i].worst_ratio, at_once_result.kernel.checks[i].worst_ratio) << i;
+  EXPECT_EQ(in_turn_result.accumulation.worst_ratio, at_once_result.accumulation.worst_ratio);
+  EXPECT_EQ(in_turn_result.math.worst_ratio, at_once_result.math.worst_ratio);
+  // In turn: the accumulated run starts after the full-batch run's last window.
+  const auto first = [&](const std::string& text) {
+    return std::find_if(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(text) != std::string::npos; }) -
+           lines.begin();
+  };
+  const long full_done = first("reference: full batch window 3/3"), accumulated_starts = first("accumulated window 1/3");
+  ASSERT_LT(accumulated_starts, static_cast<long>(lines.size()));
+  EXPECT_LT(full_done, accumulated_starts);
+  CheckReport report;
+  report.scenarios = {in_turn_result};
+  EXPECT_NE(report_json(report).dump().find("\"reference_runs_in_turn\":true"), std::string::npos);
+}
+
 // A progress board shows every part's latest status on one line.
 TEST(ProgressBoard, ShowsEveryPartOnOneLine) {
   std::vector<std::string> lines;

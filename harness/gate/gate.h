@@ -41,7 +41,10 @@ struct GateOptions {
 
 // std::invalid_argument, with the estimate, for a scenario whose estimated
 // peak memory (estimated_peak_bytes) exceeds the limit (0: no limit).
-void require_fits(const ScenarioSpec& spec, double max_memory_bytes);
+// Where both reference runs at once would not fit but one at a time would,
+// they go in turn (spec.reference_runs_in_turn): the same results, in up
+// to twice the reference's time.
+void fit_to_memory(ScenarioSpec& spec, double max_memory_bytes);
 
 struct CheckReport {
   std::string backend;
