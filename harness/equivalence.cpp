@@ -126,7 +126,7 @@ void add_reference_runs(const Scenario& scenario, Runs& runs, const ErrorModel& 
   // The full-batch runs on one thread, the accumulated ones on the other
   // (or in turn).
   {
-    ProgressBoard board(progress, "reference");
+    ProgressBoard board(progress, "reference", {"full batch", "accumulated"});
     const ProgressSink full_status = status(board, "full batch"), acc_status = status(board, "accumulated");
     run_both(
         scenario, [&] { runs.r_full = run_reference(scenario, full, model, full_status); },
@@ -134,7 +134,7 @@ void add_reference_runs(const Scenario& scenario, Runs& runs, const ErrorModel& 
   }
   // Window by window again, each from the state a kernel run reached (a
   // first window the runs above computed alike is reused).
-  ProgressBoard board(progress, "reference from kernel states");
+  ProgressBoard board(progress, "reference from kernel states", {"full batch", "accumulated"});
   const ProgressSink full_status = status(board, "full batch"), acc_status = status(board, "accumulated");
   run_both(
       scenario,

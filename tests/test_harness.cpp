@@ -289,16 +289,20 @@ TEST(Equivalence, ReferenceRunsGoInTurnWhereBothAtOnceWouldNotFit) {
   EXPECT_NE(report_json(report).dump().find("\"reference_runs_in_turn\":true"), std::string::npos);
 }
 
-// A progress board shows every part's latest status on one line.
+// A progress board shows every part's latest status on one line, in the order
+// the parts were declared, whichever reports first (two threads race to it).
 TEST(ProgressBoard, ShowsEveryPartOnOneLine) {
   std::vector<std::string> lines;
-  ProgressBoard board([&](const std::string& l) { lines.push_back(l); }, "reference");
-  board.set("full batch", "window 1/2");
+  ProgressBoard board([&](const std::string& l) { lines.push_back(l); }, "reference", {"full batch", "accumulated"});
+  // The accumulated run reports first: the parts keep their declared order.
   board.set("accumulated", "window 1/2, micro-batch 1/4");
+  board.set("full batch", "window 1/2");
   board.set("full batch", "window 2/2");
   ASSERT_EQ(lines.size(), 3u);
-  EXPECT_EQ(lines[0], "reference: full batch window 1/2");
+  EXPECT_EQ(lines[0], "reference: accumulated window 1/2, micro-batch 1/4");
+  EXPECT_EQ(lines[1], "reference: full batch window 1/2; accumulated window 1/2, micro-batch 1/4");
   EXPECT_EQ(lines[2], "reference: full batch window 2/2; accumulated window 1/2, micro-batch 1/4");
+  EXPECT_THROW(board.set("kernel", "window 1/2"), std::logic_error);
 }
 
 // Jobs shared with a worker process: each runs once, results come back by
