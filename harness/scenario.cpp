@@ -240,7 +240,7 @@ double estimated_peak_bytes(const ScenarioSpec& s) {
   const double bounded = sizeof(ref::Bounded);
   // The tape (each layer's input, freed as backward passes the layer), the
   // output, the gradient flowing back and a layer's temporaries: 2.5
-  // bounded values per row and width, in both runs.
+  // bounded values per row and width, in both runs (in turn, the larger).
   const double runs = s.reference_runs_in_turn ? 1.0 : 2.0;
   const double activations =
       2.5 * (s.reference_runs_in_turn ? std::max(rows, micro_batch_rows) : rows + micro_batch_rows) * width_sum * bounded;
