@@ -12,6 +12,8 @@
 #include <array>
 #include <cstdlib>
 #include <iterator>
+#include <memory>
+#include <stdexcept>
 #include <tuple>
 #include <vector>
 
@@ -327,41 +329,118 @@ Matrix<Bounded> matmul_by_rule(const Matrix<Bounded>& a, const Matrix<Bounded>& 
   return out;
 }
 
-Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
-  if (by_rule) return matmul_by_rule(a, b);
-  const long m = a.rows(), n = a.cols(), p = b.cols();
+namespace {
+
+// What one slice of the reduction leaves for the per-element decisions on
+// shared sources: each operand's sources and its pairs' sums.
+struct SliceSources {
+  Sources a, b;
+  Dense merged_a, terms_a, merged_b, terms_b;  // [pairs_a, p], [pairs_b, m]
+};
+
+void merge_facts(std::vector<VectorFacts>& into, const std::vector<VectorFacts>& from) {
+  for (std::size_t v = 0; v < into.size(); ++v) {
+    VectorFacts& f = into[v];
+    const VectorFacts& g = from[v];
+    f.max_bits = std::max(f.max_bits, g.max_bits);
+    f.min_exponent = std::min(f.min_exponent, g.min_exponent);
+    f.exact = f.exact && g.exact;
+    f.exact_reference = f.exact_reference && g.exact_reference;
+    f.finite = f.finite && g.finite;
+  }
+}
+
+}  // namespace
+
+struct ProductSums::State {
+  long m = 0, n = 0, p = 0;
+  // The rule's sums over the slices so far, one float64 GEMM per slice each.
+  Dense value, abs_product, systematic, random, scale_a, scale_b, reference, magnitude;
+  Dense single_folded, multi_folded, single_count;
+  std::vector<VectorFacts> fa, fb;
+  // Every output has met more sources than the rule follows: all are folded,
+  // and no slice's pairs are kept.
+  bool fold_all = false;
+  std::vector<SliceSources> slices;
+  // Under ScopedMatmulByRule, or where an operand has an unbounded part, the
+  // scalar rule decides over the whole reduction: the slices themselves are
+  // kept.
+  std::vector<Matrix<Bounded>> kept_a, kept_b;
+
+  void add_sums(Dense& into, Dense&& slice) {
+    if (into.size() == 0) {
+      into = std::move(slice);
+    } else {
+      into += slice;
+    }
+  }
+  void add(const Matrix<Bounded>& a, const Matrix<Bounded>& b);
+  Matrix<Bounded> decide() const;
+};
+
+void ProductSums::State::add(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
+  if (a.cols() != b.rows() || (n > 0 && (a.rows() != m || b.cols() != p)))
+    throw std::invalid_argument("a slice of a product has the wrong shape");
+  const bool first = n == 0;
+  m = a.rows();
+  p = b.cols();
+  n += a.cols();
+  if (first && by_rule) {
+    kept_a.push_back(a);
+    kept_b.push_back(b);
+    return;
+  }
+  if (!kept_a.empty()) {
+    kept_a.push_back(a);
+    kept_b.push_back(b);
+    return;
+  }
   const Parts pa(a, true), pb(b, false);
-  if (!pa.finite || !pb.finite) return matmul_by_rule(a, b);
+  if (!pa.finite || !pb.finite) {
+    if (!first)
+      throw std::runtime_error(
+          "a slice of a row-sliced product holds an unbounded error part (an overflow): the rule would need every "
+          "slice at once");
+    kept_a.push_back(a);
+    kept_b.push_back(b);
+    return;
+  }
   // The values and the sums of the rule, one GEMM each.
-  const Dense value = matmul(pa.value, pb.value);
-  const Dense abs_product = product(pa.abs, pb.abs);
+  add_sums(value, matmul(pa.value, pb.value));
+  add_sums(abs_product, product(pa.abs, pb.abs));
   // First order and the second-order terms e_a e_b in parts
   // (detail::second_order), grouped by operand as ref::dot groups them.
   const RoundingModel& model = rounding_model();
-  Dense systematic = product(pa.systematic, pb.abs);
-  add_product(systematic, pa.abs, pb.systematic);
-  add_product(systematic, pa.systematic_total, pb.systematic_total);
-  if (model.reduction == ReductionBound::probabilistic) add_product(systematic, pa.scale, pb.scale);
-  Dense random = product(pa.random, Dense(pb.abs + pb.hard));
-  add_product(random, Dense(pa.abs + pa.systematic_total), pb.random);
-  const Dense scale_a = product(Dense(pa.scale.array().square()),
-                                Dense((pb.abs + pb.systematic_total + model.confidence * pb.scale).array().square()));
-  const Dense scale_b = product(Dense((pa.abs + pa.systematic_total).array().square()), Dense(pb.scale.array().square()));
-  Dense reference = product(pa.reference, pb.abs);
-  add_product(reference, pa.abs, pb.reference);
-  add_product(reference, pa.reference, pb.reference);
+  Dense sys = product(pa.systematic, pb.abs);
+  add_product(sys, pa.abs, pb.systematic);
+  add_product(sys, pa.systematic_total, pb.systematic_total);
+  if (model.reduction == ReductionBound::probabilistic) add_product(sys, pa.scale, pb.scale);
+  add_sums(systematic, std::move(sys));
+  Dense rnd = product(pa.random, Dense(pb.abs + pb.hard));
+  add_product(rnd, Dense(pa.abs + pa.systematic_total), pb.random);
+  add_sums(random, std::move(rnd));
+  add_sums(scale_a, product(Dense(pa.scale.array().square()),
+                            Dense((pb.abs + pb.systematic_total + model.confidence * pb.scale).array().square())));
+  add_sums(scale_b, product(Dense((pa.abs + pa.systematic_total).array().square()), Dense(pb.scale.array().square())));
+  Dense ref = product(pa.reference, pb.abs);
+  add_product(ref, pa.abs, pb.reference);
+  add_product(ref, pa.reference, pb.reference);
+  add_sums(reference, std::move(ref));
 
   // Shared sources: singletons folded by GEMMs; each pair's merged
   // coefficient and its number of terms, by GEMMs over coefficient rows
   // (or, where the other operand has no zero, the pair's own count).
   const std::vector<std::uint64_t> common = common_sources(pa, pb);
-  const Sources sa = gather_sources(pa, true, common), sb = gather_sources(pb, false, common);
-  Dense single_folded = product(sa.single_folded, pb.abs);
-  add_product(single_folded, pa.abs, sb.single_folded);
-  Dense multi_folded = product(sa.multi_folded, pb.abs);
-  add_product(multi_folded, pa.abs, sb.multi_folded);
-  Dense single_count = product(sa.single_count, pb.nonzero);
-  add_product(single_count, pa.nonzero, sb.single_count);
+  Sources sa = gather_sources(pa, true, common), sb = gather_sources(pb, false, common);
+  Dense folded = product(sa.single_folded, pb.abs);
+  add_product(folded, pa.abs, sb.single_folded);
+  add_sums(single_folded, std::move(folded));
+  Dense multi = product(sa.multi_folded, pb.abs);
+  add_product(multi, pa.abs, sb.multi_folded);
+  add_sums(multi_folded, std::move(multi));
+  Dense count = product(sa.single_count, pb.nonzero);
+  add_product(count, pa.nonzero, sb.single_count);
+  add_sums(single_count, std::move(count));
   // Where every output sees more than kDotSources distinct sources, the
   // rule folds them all (single_folded + multi_folded), and the per-pair
   // sums below are not needed. Decided from the pairs alone where the other
@@ -370,6 +449,8 @@ Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
   // dot products see at least that many distinct sources. A weight
   // gradient after a normalizer (two sources per row of the reduction) is
   // the case: [pairs x outputs] sums would otherwise cost rows x in x out.
+  // Sources only add up over slices: once one slice folds all, so does the
+  // whole product.
   const auto live_pairs_exceed = [](const Sources& s, long vectors) {
     for (long v = 0; v < vectors; ++v) {
       long live = 0;
@@ -384,16 +465,40 @@ Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
     }
     return true;
   };
-  const bool fold_all = ((pb.nonzero.array() != 0.0).all() && live_pairs_exceed(sa, m)) ||
-                        ((pa.nonzero.array() != 0.0).all() && live_pairs_exceed(sb, p));
-  const Dense value_a_t = pa.value.transpose(), nonzero_a_t = pa.nonzero.transpose();
-  const auto [merged_a, terms_a] = fold_all ? std::pair<Dense, Dense>() : pair_sums(sa, pb.value, pb.nonzero);    // [pairs_a, p]
-  const auto [merged_b, terms_b] = fold_all ? std::pair<Dense, Dense>() : pair_sums(sb, value_a_t, nonzero_a_t);  // [pairs_b, m]
+  fold_all = fold_all || ((pb.nonzero.array() != 0.0).all() && live_pairs_exceed(sa, m)) ||
+             ((pa.nonzero.array() != 0.0).all() && live_pairs_exceed(sb, p));
+  if (fold_all) {
+    slices.clear();
+  } else {
+    const Dense value_a_t = pa.value.transpose(), nonzero_a_t = pa.nonzero.transpose();
+    auto [merged_a, terms_a] = pair_sums(sa, pb.value, pb.nonzero);    // [pairs_a, p]
+    auto [merged_b, terms_b] = pair_sums(sb, value_a_t, nonzero_a_t);  // [pairs_b, m]
+    slices.push_back({std::move(sa), std::move(sb), std::move(merged_a), std::move(terms_a), std::move(merged_b),
+                      std::move(terms_b)});
+  }
   // M = sum (|a| + H_a)(|b| + H_b), with H = systematic + random + shared
   // magnitude.
-  const Dense magnitude = product(Dense(pa.abs + pa.hard), Dense(pb.abs + pb.hard));
+  add_sums(magnitude, product(Dense(pa.abs + pa.hard), Dense(pb.abs + pb.hard)));
+  if (first) {
+    fa = pa.facts;
+    fb = pb.facts;
+  } else {
+    merge_facts(fa, pa.facts);
+    merge_facts(fb, pb.facts);
+  }
+}
 
-  const std::vector<VectorFacts> &fa = pa.facts, &fb = pb.facts;
+Matrix<Bounded> ProductSums::State::decide() const {
+  if (!kept_a.empty()) {
+    Matrix<Bounded> a(m, n), b(n, p);
+    long k = 0;
+    for (std::size_t s = 0; s < kept_a.size(); ++s) {
+      a.middleCols(k, kept_a[s].cols()) = kept_a[s];
+      b.middleRows(k, kept_b[s].rows()) = kept_b[s];
+      k += kept_a[s].cols();
+    }
+    return matmul_by_rule(a, b);
+  }
   Matrix<Bounded> out(m, p);
   for_panels(m, static_cast<double>(m) * static_cast<double>(p) * 64.0, [&](long i0, long i1) {
     struct Candidate {
@@ -402,6 +507,32 @@ Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
     };
     std::vector<Candidate> candidates;
     std::vector<SharedTerm> kept;
+    // Each source's merged coefficient and entries in the dot product
+    // (i, j) over one slice; a source both operands carry has a pair on
+    // each side.
+    const auto slice_candidates = [&](const SliceSources& sl, long i, long j) {
+      const Sources &sa = sl.a, &sb = sl.b;
+      const std::pair<long, long> pairs_a = sa.pairs_of(i), pairs_b = sb.pairs_of(j);
+      const auto other_side = [&](const Sources& other, std::pair<long, long> pairs, std::uint64_t source) {
+        for (long q = pairs.first; q < pairs.second; ++q)
+          if (other.term[q].source == source) return q;
+        return -1L;
+      };
+      for (long q = pairs_a.first; q < pairs_a.second; ++q) {
+        Candidate c{sa.term[q], sl.merged_a(q, j), sl.terms_a(q, j)};
+        if (sa.common[q]) {
+          const long qb = other_side(sb, pairs_b, c.term.source);
+          if (qb >= 0) {
+            c.coefficient += sl.merged_b(qb, i);
+            c.entries += sl.terms_b(qb, i);
+          }
+        }
+        candidates.push_back(c);
+      }
+      for (long q = pairs_b.first; q < pairs_b.second; ++q)
+        if (!sb.common[q] || other_side(sa, pairs_a, sb.term[q].source) < 0)
+          candidates.push_back({sb.term[q], sl.merged_b(q, i), sl.terms_b(q, i)});
+    };
     for (long i = i0; i < i1; ++i)
       for (long j = 0; j < p; ++j) {
         detail::DotSums s;
@@ -416,29 +547,22 @@ Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
         if (fold_all) {
           s.shared_systematic = single_folded(i, j) + multi_folded(i, j);
         } else {
-          // Each source's merged coefficient and entries in this dot
-          // product; a source both operands carry has a pair on each side.
           candidates.clear();
-          const std::pair<long, long> pairs_a = sa.pairs_of(i), pairs_b = sb.pairs_of(j);
-          const auto other_side = [&](const Sources& other, std::pair<long, long> pairs, std::uint64_t source) {
-            for (long q = pairs.first; q < pairs.second; ++q)
-              if (other.term[q].source == source) return q;
-            return -1L;
-          };
-          for (long q = pairs_a.first; q < pairs_a.second; ++q) {
-            Candidate c{sa.term[q], merged_a(q, j), terms_a(q, j)};
-            if (sa.common[q]) {
-              const long qb = other_side(sb, pairs_b, c.term.source);
-              if (qb >= 0) {
-                c.coefficient += merged_b(qb, i);
-                c.entries += terms_b(qb, i);
-              }
+          for (const SliceSources& sl : slices) {
+            const std::size_t before = candidates.size();
+            slice_candidates(sl, i, j);
+            // A source met in an earlier slice too: one candidate, its
+            // coefficients and entries added.
+            if (before == 0) continue;
+            for (std::size_t c = candidates.size(); c-- > before;) {
+              const auto same = std::find_if(candidates.begin(), candidates.begin() + static_cast<long>(before),
+                                             [&](const Candidate& e) { return e.term.source == candidates[c].term.source; });
+              if (same == candidates.begin() + static_cast<long>(before)) continue;
+              same->coefficient += candidates[c].coefficient;
+              same->entries += candidates[c].entries;
+              candidates.erase(candidates.begin() + static_cast<long>(c));
             }
-            candidates.push_back(c);
           }
-          for (long q = pairs_b.first; q < pairs_b.second; ++q)
-            if (!sb.common[q] || other_side(sa, pairs_a, sb.term[q].source) < 0)
-              candidates.push_back({sb.term[q], merged_b(q, i), terms_b(q, i)});
           // Distinct sources, as ref::dot counts them.
           double sources = single_count(i, j);
           for (const Candidate& c : candidates) sources += c.entries > 0.0;
@@ -470,6 +594,21 @@ Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
       }
   });
   return out;
+}
+
+ProductSums::ProductSums(const Matrix<Bounded>& a, const Matrix<Bounded>& b) : state_(std::make_unique<State>()) {
+  state_->add(a, b);
+}
+ProductSums::ProductSums(ProductSums&&) noexcept = default;
+ProductSums& ProductSums::operator=(ProductSums&&) noexcept = default;
+ProductSums::~ProductSums() = default;
+void ProductSums::add(const Matrix<Bounded>& a, const Matrix<Bounded>& b) { state_->add(a, b); }
+Matrix<Bounded> ProductSums::decide() const { return state_->decide(); }
+long ProductSums::reduction() const { return state_->n; }
+
+Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
+  if (by_rule) return matmul_by_rule(a, b);
+  return ProductSums(a, b).decide();
 }
 
 }  // namespace gradeq::ref

@@ -11,6 +11,8 @@
 // evaluated element by element. docs/NUMERICS.md §3, "Dot products".
 #pragma once
 
+#include <memory>
+
 #include "reference/bounded.h"
 #include "reference/tensor.h"
 
@@ -18,6 +20,33 @@ namespace gradeq::ref {
 
 Matrix<double> matmul(const Matrix<double>& a, const Matrix<double>& b);
 Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b);
+
+// The rule's sums for a product A B whose reduction (A's columns, B's rows)
+// arrives in consecutive slices: a weight gradient over many rows, one row
+// slice at a time, so that no pass holds every row. Each slice's sums are
+// float64 GEMMs that add up over the slices; decide() then makes the rule's
+// decisions for each element once, over the whole reduction (its n, its
+// exactness, its distinct shared sources). One slice is matmul itself, bit
+// for bit. Over several, values and sums differ from one product's only in
+// float64 summation order, and a source that one slice alone carries at a
+// single term is folded there: a source that spans slices is followed no
+// better than that, so the bound is never smaller, and the same where no
+// source spans slices (docs/NUMERICS.md §3, "Dot products").
+class ProductSums {
+ public:
+  ProductSums(const Matrix<Bounded>& a, const Matrix<Bounded>& b);
+  ProductSums(ProductSums&&) noexcept;
+  ProductSums& operator=(ProductSums&&) noexcept;
+  ~ProductSums();
+  // The next slice: [m, k] x [k, p].
+  void add(const Matrix<Bounded>& a, const Matrix<Bounded>& b);
+  Matrix<Bounded> decide() const;
+  long reduction() const;  // n: the slices' k so far
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 // The same product, every element by the scalar rule (ref::dot): the
 // specification the matrix form is tested against.

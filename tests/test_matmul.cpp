@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <stdexcept>
 
@@ -165,6 +166,134 @@ TEST(Matmul, ProductsOverManyRowsStatisticsFoldThemAll) {
       EXPECT_EQ(rule.data()[i].shared.count, 0) << "more than 16 sources: all folded";
     }
   }
+}
+
+// A product taken in slices of its reduction (ProductSums: a weight
+// gradient over row chunks).
+Matrix<Bounded> sliced_product(const Matrix<Bounded>& a, const Matrix<Bounded>& b, const std::vector<long>& slices) {
+  long k = 0;
+  std::optional<ProductSums> sums;
+  for (long s : slices) {
+    const Matrix<Bounded> as = a.middleCols(k, s), bs = b.middleRows(k, s);
+    if (sums) {
+      sums->add(as, bs);
+    } else {
+      sums.emplace(as, bs);
+    }
+    k += s;
+  }
+  EXPECT_EQ(k, a.cols());
+  EXPECT_EQ(sums->reduction(), a.cols());
+  return sums->decide();
+}
+
+// Random slices of a random reduction of length n.
+std::vector<long> random_slices(Shapes& g, long n) {
+  std::vector<long> slices;
+  for (long left = n; left > 0;) {
+    const long s = std::min(left, 1 + static_cast<long>(g.rng() % static_cast<std::uint64_t>(n)));
+    slices.push_back(s);
+    left -= s;
+  }
+  return slices;
+}
+
+// Where no shared source spans two slices, slices give the whole product's
+// result: values within the references' own bounds, every part to 1e-9.
+// Sources here are laid out as a weight gradient's are: per row of the
+// reduction (a token's statistics, in both operands) and per block of
+// three rows (a sample's), with slices on block boundaries; at 12 rows the
+// rule follows them one by one, at 60 it folds them all.
+TEST(Matmul, ProductSlicedWhereNoSourceSpansSlicesIsTheWholeProduct) {
+  Shapes g(17);
+  long compared = 0, with_shared = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const long blocks = trial % 2 == 0 ? 4 : 20, rows = 3 * blocks, out = 1 + static_cast<long>(g.rng() % 6),
+               in = 1 + static_cast<long>(g.rng() % 6);
+    Matrix<Bounded> dy_t(out, rows), x(rows, in);
+    const auto with_sources = [&](double v, long r) {
+      SharedTerms s;
+      if (g.chance(0.8)) s.term[s.count++] = {static_cast<std::uint64_t>(7000 + r), g.normal(), 1e-7};
+      if (g.chance(0.8)) s.term[s.count++] = {static_cast<std::uint64_t>(9000 + r / 3), g.normal(), 2e-7};
+      const double mag = std::abs(v) + 0.1;
+      return Bounded::with_shared(v, {mag * 1e-7, mag * 2e-7, mag * 5e-8}, s, mag * 1e-16);
+    };
+    for (long r = 0; r < rows; ++r) {
+      for (long o = 0; o < out; ++o) dy_t(o, r) = with_sources(static_cast<float>(g.normal()), r);
+      for (long i = 0; i < in; ++i) x(r, i) = with_sources(static_cast<float>(g.normal()), r);
+    }
+    std::vector<long> slices;
+    for (long b : random_slices(g, blocks)) slices.push_back(3 * b);
+    const Matrix<Bounded> whole = matmul(dy_t, x), sliced = sliced_product(dy_t, x, slices);
+    for (long i = 0; i < whole.size(); ++i) {
+      expect_same(sliced.data()[i], whole.data()[i], "trial " + std::to_string(trial) + ", element " + std::to_string(i));
+      ++compared;
+      with_shared += whole.data()[i].shared.count > 0;
+    }
+  }
+  EXPECT_GT(compared, 200);
+  EXPECT_GT(with_shared, 20);  // the rule followed sources one by one, not only folded them
+}
+
+// A source along the whole reduction (one row of A's statistics, met at
+// every term) spans every slice; carried at several terms of each slice,
+// its entries from all slices merge into one coefficient, as in one product.
+TEST(Matmul, ASourceAtSeveralTermsOfEverySliceMergesAcrossSlices) {
+  Shapes g(19);
+  long kept = 0;
+  for (int trial = 0; trial < 30; ++trial) {
+    const long m = 1 + static_cast<long>(g.rng() % 5), n = 8 + static_cast<long>(g.rng() % 30),
+               p = 1 + static_cast<long>(g.rng() % 5);
+    Matrix<Bounded> a(m, n), b(n, p);
+    for (long i = 0; i < m; ++i)
+      for (long k = 0; k < n; ++k) {
+        SharedTerms s;
+        s.term[s.count++] = {static_cast<std::uint64_t>(100 + i), g.normal(), 1e-7};
+        const double v = static_cast<float>(g.normal()), mag = std::abs(v) + 0.1;
+        a(i, k) = Bounded::with_shared(v, {mag * 1e-7, mag * 2e-7, mag * 5e-8}, s, mag * 1e-16);
+      }
+    for (long i = 0; i < b.size(); ++i) b.data()[i] = Bounded(static_cast<float>(g.normal()));
+    std::vector<long> slices;
+    for (long left = n; left > 0;) {  // at least two terms a slice
+      const long s = left < 4 ? left : 2 + static_cast<long>(g.rng() % static_cast<std::uint64_t>(left - 3));
+      slices.push_back(s);
+      left -= s;
+    }
+    const Matrix<Bounded> whole = matmul(a, b), sliced = sliced_product(a, b, slices);
+    for (long i = 0; i < whole.size(); ++i) {
+      expect_same(sliced.data()[i], whole.data()[i], "trial " + std::to_string(trial) + ", element " + std::to_string(i));
+      kept += whole.data()[i].shared.count;
+    }
+  }
+  EXPECT_GT(kept, 50);
+}
+
+// Any operands, any slices: the sums that do not involve shared sources are
+// the whole product's, and the bound is never smaller (a source that spans
+// slices is followed per slice, which can only fold more of it).
+TEST(Matmul, ProductSlicedAnyhowBoundsNoLessThanTheWholeProduct) {
+  Shapes g(23);
+  long compared = 0, looser = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const long m = 1 + static_cast<long>(g.rng() % 8), n = 2 + static_cast<long>(g.rng() % 40),
+               p = 1 + static_cast<long>(g.rng() % 8);
+    const std::uint64_t base_b = trial % 3 == 0 ? 1u << 24 : 2u << 24;
+    const Matrix<Bounded> a = g.operand(m, n, 1u << 24), b = g.operand(n, p, base_b);
+    const Matrix<Bounded> whole = matmul(a, b), sliced = sliced_product(a, b, random_slices(g, n));
+    for (long i = 0; i < whole.size(); ++i) {
+      const Bounded &s = sliced.data()[i], &w = whole.data()[i];
+      const std::string where = "trial " + std::to_string(trial) + ", element " + std::to_string(i);
+      EXPECT_LE(std::abs(s.value - w.value), s.reference + w.reference + 1e-300) << where;
+      EXPECT_LE(relative_difference(s.kernel_parts.random, w.kernel_parts.random), 1e-9) << where;
+      EXPECT_LE(relative_difference(s.kernel_parts.scale, w.kernel_parts.scale), 1e-9) << where;
+      EXPECT_LE(relative_difference(s.reference, w.reference), 1e-9) << where;
+      EXPECT_GE(s.kernel_bound, w.kernel_bound * (1.0 - 1e-9)) << where;
+      ++compared;
+      looser += s.kernel_bound > w.kernel_bound * (1.0 + 1e-9);
+    }
+  }
+  EXPECT_GT(compared, 500);
+  EXPECT_GT(looser, 10);  // sources that span slices occurred, and cost bound
 }
 
 // The rule's bound holds for float32 GEMMs of exact float32 operands, in
