@@ -912,108 +912,127 @@ struct SumOfErrors {
 };
 }  // namespace detail
 
-namespace detail {
-// The shared terms of a sum's terms, merged. A source that appears in one
-// term only cannot cancel: it is folded into that term's parts
-// (systematic), so the sum treats it as that term's own error. Sources in
-// several terms keep one coefficient, the signed sum of theirs; beyond
-// kSharedTerms the least significant are folded into `overflow`.
-inline SharedTerms merge_shared(std::vector<Bounded>& terms, std::vector<ErrorParts>& parts, ErrorParts& overflow) {
-  struct Source {
-    SharedTerm merged;  // coefficient: the signed sum over terms
-    long terms = 0;
-  };
-  // Few distinct sources are usual (a row's statistics shared by all of a
-  // reduction's terms): a flat list, searched linearly.
-  constexpr std::size_t kFew = 16;
-  std::vector<Source> sources;
-  bool many = false;
-  for (std::size_t k = 0; k < terms.size() && !many; ++k)
-    for (int i = 0; i < terms[k].shared.count; ++i) {
-      const SharedTerm& st = terms[k].shared.term[i];
-      auto it = std::find_if(sources.begin(), sources.end(), [&](const Source& a) { return a.merged.source == st.source; });
-      if (it == sources.end()) {
-        if (sources.size() == kFew) {
-          many = true;
+
+// The rule of a sum fed one term at a time: reduce_sum over n terms, and a
+// sum whose terms arrive in slices (a weight gradient's bias over row
+// chunks), are the same computation, bit for bit. What the rule decides
+// from all terms at once is kept per term until it is known: a term's
+// value and error parts (the sum groups equal values), and, while no more
+// than 16 distinct shared sources have been met, the shared terms of the
+// terms that carry them (a source in one term only is folded into it).
+class SumOfTerms {
+ public:
+  void add(const Bounded& t) {
+    ++n_;
+    v_ += t.value;
+    exact_terms_ = exact_terms_ && t.kernel_bound == 0.0;
+    r_ += t.reference;
+    magnitude_ += std::abs(t.value);
+    kernel_magnitude_ += std::abs(t.value) + t.kernel_bound;
+    if (t.value != 0.0) granularity_ = std::min(granularity_, granularity_exponent(t.value));
+    term_errors_.emplace_back(t.value, t.kernel_parts);
+    if (t.shared.count == 0) return;
+    if (many_) {
+      term_errors_.back().second.systematic += detail::shared_magnitude(t.shared);
+      return;
+    }
+    for (int i = 0; i < t.shared.count && !many_; ++i) {
+      const SharedTerm& st = t.shared.term[i];
+      auto it = std::find_if(sources_.begin(), sources_.end(),
+                             [&](const Source& a) { return a.merged.source == st.source; });
+      if (it == sources_.end()) {
+        if (sources_.size() == kFewSources) {
+          many_ = true;
           break;
         }
-        it = sources.insert(sources.end(), Source{{st.source, 0.0, st.bound}, 0});
+        it = sources_.insert(sources_.end(), Source{{st.source, 0.0, st.bound}, 0});
       }
       it->merged.coefficient += st.coefficient;
       ++it->terms;
     }
-  if (many) {
+    pending_.emplace_back(term_errors_.size() - 1, t.shared);
+    if (!many_) return;
     // Folding a shared term into its own term's systematic part is always
     // sound (systematic parts add linearly: the triangle inequality); it
     // gives up only the cancellation of one source between terms, which a
     // reduction over many rows' distinct statistics rarely has.
-    for (std::size_t k = 0; k < terms.size(); ++k) parts[k].systematic += shared_magnitude(terms[k].shared);
-    return {};
+    for (const auto& [k, shared] : pending_) term_errors_[k].second.systematic += detail::shared_magnitude(shared);
+    pending_.clear();
+    sources_.clear();
   }
-  SharedTerms out;
-  if (sources.empty()) return out;
-  const auto find = [&](std::uint64_t id) -> const Source& {
-    return *std::find_if(sources.begin(), sources.end(), [&](const Source& a) { return a.merged.source == id; });
+
+  long terms() const { return n_; }
+
+  // The sum of the terms so far. Consumes what it kept.
+  Bounded result() && {
+    // The shared terms, merged: a source that appears in one term only
+    // cannot cancel and is folded into that term's parts (systematic).
+    // Sources in several terms keep one coefficient, the signed sum of
+    // theirs; beyond kSharedTerms the least significant are folded into
+    // `overflow`.
+    ErrorParts overflow;
+    SharedTerms shared;
+    if (!many_ && !sources_.empty()) {
+      const auto find = [&](std::uint64_t id) -> const Source& {
+        return *std::find_if(sources_.begin(), sources_.end(), [&](const Source& a) { return a.merged.source == id; });
+      };
+      for (const auto& [k, terms] : pending_)
+        for (int i = 0; i < terms.count; ++i) {
+          const SharedTerm& t = terms.term[i];
+          if (find(t.source).terms == 1) term_errors_[k].second.systematic += std::abs(t.coefficient) * t.bound;
+        }
+      std::vector<SharedTerm> merged;
+      for (const Source& src : sources_)
+        if (src.terms > 1 && src.merged.coefficient != 0.0) merged.push_back(src.merged);
+      std::sort(merged.begin(), merged.end(), [](const SharedTerm& a, const SharedTerm& b) {
+        return std::abs(a.coefficient) * a.bound > std::abs(b.coefficient) * b.bound;
+      });
+      for (const SharedTerm& m : merged) {
+        if (shared.count < kSharedTerms) {
+          shared.term[shared.count++] = m;
+        } else {
+          overflow.systematic += std::abs(m.coefficient) * m.bound;
+        }
+      }
+    }
+    const auto exact_in = [&](int bits, bool exact) {
+      return exact && (magnitude_ == 0.0 || magnitude_ < std::ldexp(1.0, bits + granularity_));
+    };
+    detail::SumOfErrors errors;
+    errors.add_grouped(term_errors_);
+    const RoundingModel& m = rounding_model();
+    const bool exact = exact_in(24, exact_terms_);
+    ErrorParts e = errors.with_rounding(n_, exact ? 0.0 : m.reduction_u, kernel_magnitude_,
+                                        exact ? 0.0 : reduction_gamma(n_, m.reduction_u) * kernel_magnitude_);
+    e = detail::plus(e, overflow);
+    double r = r_;
+    if (!exact_in(53, r == 0.0)) r += reference_gamma(n_) * magnitude_;
+    return Bounded::with_shared(v_, detail::unless_overflow(kernel_magnitude_, e, shared), shared, r);
+  }
+
+ private:
+  // Few distinct sources are usual (a row's statistics shared by all of a
+  // reduction's terms): a flat list, searched linearly.
+  static constexpr std::size_t kFewSources = 16;
+  struct Source {
+    SharedTerm merged;  // coefficient: the signed sum over terms
+    long terms = 0;
   };
-  for (std::size_t k = 0; k < terms.size(); ++k)
-    for (int i = 0; i < terms[k].shared.count; ++i) {
-      const SharedTerm& t = terms[k].shared.term[i];
-      if (find(t.source).terms == 1) parts[k].systematic += std::abs(t.coefficient) * t.bound;
-    }
-  std::vector<SharedTerm> merged;
-  for (const Source& src : sources)
-    if (src.terms > 1 && src.merged.coefficient != 0.0) merged.push_back(src.merged);
-  std::sort(merged.begin(), merged.end(), [](const SharedTerm& a, const SharedTerm& b) {
-    return std::abs(a.coefficient) * a.bound > std::abs(b.coefficient) * b.bound;
-  });
-  for (const SharedTerm& m : merged) {
-    if (out.count < kSharedTerms) {
-      out.term[out.count++] = m;
-    } else {
-      overflow.systematic += std::abs(m.coefficient) * m.bound;
-    }
-  }
-  return out;
-}
-}  // namespace detail
+  long n_ = 0;
+  double v_ = 0.0, r_ = 0.0, magnitude_ = 0.0, kernel_magnitude_ = 0.0;
+  bool exact_terms_ = true;
+  int granularity_ = 1 << 20;
+  std::vector<std::pair<double, ErrorParts>> term_errors_;
+  std::vector<Source> sources_;
+  std::vector<std::pair<std::size_t, SharedTerms>> pending_;  // terms with shared terms, while not many_
+  bool many_ = false;  // more than kFewSources distinct sources: every shared term is folded
+};
 
 template <class F>
 Bounded reduce_sum(long n, F&& term, const Bounded& /*tag*/) {
-  double v = 0.0, r = 0.0, magnitude = 0.0, kernel_magnitude = 0.0;
-  detail::SumOfErrors errors;
-  std::vector<Bounded> terms;
-  terms.reserve(static_cast<std::size_t>(n));
-  for (long i = 0; i < n; ++i) terms.push_back(term(i));
-  std::vector<ErrorParts> parts;
-  parts.reserve(terms.size());
-  for (const Bounded& t : terms) parts.push_back(t.kernel_parts);
-  ErrorParts overflow;
-  const SharedTerms shared = detail::merge_shared(terms, parts, overflow);
-  std::vector<std::pair<double, ErrorParts>> term_errors;
-  term_errors.reserve(static_cast<std::size_t>(n));
-  bool exact_terms = true;
-  int granularity = 1 << 20;
-  for (std::size_t i = 0; i < terms.size(); ++i) {
-    const Bounded& t = terms[i];
-    v += t.value;
-    term_errors.emplace_back(t.value, parts[i]);
-    exact_terms = exact_terms && t.kernel_bound == 0.0;
-    r += t.reference;
-    magnitude += std::abs(t.value);
-    kernel_magnitude += std::abs(t.value) + t.kernel_bound;
-    if (t.value != 0.0) granularity = std::min(granularity, granularity_exponent(t.value));
-  }
-  const auto exact_in = [&](int bits, bool exact) {
-    return exact && (magnitude == 0.0 || magnitude < std::ldexp(1.0, bits + granularity));
-  };
-  errors.add_grouped(term_errors);
-  const RoundingModel& m = rounding_model();
-  const bool exact = exact_in(24, exact_terms);
-  ErrorParts e = errors.with_rounding(n, exact ? 0.0 : m.reduction_u, kernel_magnitude,
-                                      exact ? 0.0 : reduction_gamma(n, m.reduction_u) * kernel_magnitude);
-  e = detail::plus(e, overflow);
-  if (!exact_in(53, r == 0.0)) r += reference_gamma(n) * magnitude;
-  return Bounded::with_shared(v, detail::unless_overflow(kernel_magnitude, e, shared), shared, r);
+  SumOfTerms sum;
+  for (long i = 0; i < n; ++i) sum.add(term(i));
+  return std::move(sum).result();
 }
 
 namespace detail {

@@ -244,6 +244,46 @@ TEST(Bounded, SharedStatisticsCancelInTheNextLinearLayer) {
   EXPECT_LT(shared_total, 0.5 * magnitude_total);
 }
 
+// A sum's shared terms (SumOfTerms, behind reduce): a source met in one
+// term only is folded into it; sources met in several keep one signed
+// coefficient; once more than 16 distinct sources are met, every shared
+// term of every term, those already added included, is folded. The terms
+// are exact dyadic values with systematic errors only, so the sum's
+// systematic part is exactly the folded magnitudes' sum.
+TEST(Bounded, SumsFoldSingleSourcesAndAllSourcesBeyondSixteen) {
+  const auto term = [](double v, double systematic, std::initializer_list<SharedTerm> shared) {
+    SharedTerms s;
+    for (const SharedTerm& t : shared) s.term[s.count++] = t;
+    return Bounded::with_shared(v, {systematic, 0.0, 0.0}, s, 0.0);
+  };
+  // Few sources: 7 in terms 0..3 (merged: 0.5 + 0.25 - 1 + 2 = 1.75), 9 in
+  // term 2 only (folded: 3 x 2^-20).
+  SumOfTerms few;
+  few.add(term(1.0, 0x1p-24, {{7, 0.5, 0x1p-22}}));
+  few.add(term(2.0, 0x1p-24, {{7, 0.25, 0x1p-22}}));
+  few.add(term(0.5, 0x1p-24, {{7, -1.0, 0x1p-22}, {9, 3.0, 0x1p-20}}));
+  few.add(term(0.25, 0x1p-24, {{7, 2.0, 0x1p-22}}));
+  const Bounded f = std::move(few).result();
+  ASSERT_EQ(f.shared.count, 1);
+  EXPECT_EQ(f.shared.term[0].source, 7u);
+  EXPECT_EQ(f.shared.term[0].coefficient, 1.75);
+  EXPECT_EQ(f.kernel_parts.systematic, 4 * 0x1p-24 + 3.0 * 0x1p-20);
+  // Many: 17 terms, each with its own source and one they share; the
+  // 17th source folds every shared term, the first 16 terms' included.
+  SumOfTerms many;
+  double folded = 0.0;
+  for (int k = 0; k < 17; ++k) {
+    const double c = 1.0 + k, common = -0.5;
+    many.add(term(1.0, 0x1p-24, {{100u + static_cast<std::uint64_t>(k), c, 0x1p-22}, {99, common, 0x1p-21}}));
+    folded += 0x1p-24 + c * 0x1p-22 + 0.5 * 0x1p-21;
+  }
+  EXPECT_EQ(many.terms(), 17);
+  const Bounded m = std::move(many).result();
+  EXPECT_EQ(m.shared.count, 0);
+  EXPECT_EQ(m.kernel_parts.systematic, folded);
+  EXPECT_EQ(m.value, 17.0);
+}
+
 // Quantities bounded a priori keep a finite bound however ill-conditioned
 // their inputs: a normalized value within sqrt(n), 1/sigma within
 // 1/sqrt(eps), a softmax probability within [0, 1].
