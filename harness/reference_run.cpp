@@ -12,6 +12,7 @@ using ref::Bounded;
 ref::ProcedureConfig procedure_of(const Scenario& s) {
   ref::ProcedureConfig config = s.spec.procedure;
   config.compute_copy = s.spec.precision.compute != DType::f32;
+  config.slice_samples = s.spec.reference_slice_samples;
   return config;
 }
 
@@ -98,14 +99,21 @@ ref::TrainingState<Bounded> start_of(const Scenario& s, const ref::ProcedureConf
                          : ref::initial_state<Bounded>(s.spec.model, config, s.initial_params);
 }
 
-// Reports window w of k to `status` as the run goes: as it starts and
-// after each of its micro-batches (where it has more than one).
+// Reports window w of k to `status` as the run goes: as it starts, after
+// each of its micro-batches (where it has more than one) and after each
+// slice of a micro-batch computed in slices.
 class WindowStatus {
  public:
   WindowStatus(const ProgressSink& status, std::size_t w, std::size_t k)
       : window_("window " + std::to_string(w + 1) + "/" + std::to_string(k)),
-        observer_(status ? ref::MicroBatchObserver([&status, this](std::size_t done, std::size_t total) {
-          if (total > 1) status(window_ + ", micro-batch " + std::to_string(done) + "/" + std::to_string(total));
+        observer_(status ? ref::MicroBatchObserver([&status, this](const ref::MicroBatchProgress& p) {
+          if (p.slices > 1 && p.slice < p.slices) {
+            status(window_ + (p.total > 1 ? ", micro-batch " + std::to_string(p.done + 1) + "/" + std::to_string(p.total)
+                                          : std::string()) +
+                   ", row slice " + std::to_string(p.slice) + "/" + std::to_string(p.slices));
+          } else if (p.total > 1) {
+            status(window_ + ", micro-batch " + std::to_string(p.done) + "/" + std::to_string(p.total));
+          }
         })
                          : ref::MicroBatchObserver{}) {
     if (status) status(window_);

@@ -71,6 +71,12 @@ struct ScenarioSpec {
   // fit in the memory allowed (fit_to_memory, harness/gate/gate.h); the
   // results are the same either way.
   bool reference_runs_in_turn = false;
+  // How the reference runs, too: a micro-batch of more samples than this
+  // (the full batch, above all) is computed in slices of this many samples
+  // (ref::ProcedureConfig::slice_samples), holding one slice's activations
+  // at a time. 0: whole. The gate sets it where even runs in turn would
+  // not fit; the results are the same up to float64 summation order.
+  long reference_slice_samples = 0;
 };
 
 // Domains (docs: README "A config file"): what validate() accepts.

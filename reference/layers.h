@@ -5,10 +5,14 @@
 // consecutive rows (a sequence or an image's spatial positions). Weights are
 // [out, in] and y = x W^T + b, as in PyTorch. Backward functions return
 // fresh gradients; accumulating them is the procedure's job. Every sum goes
-// through reduce<T>() or matmul() so that T = Bounded bounds it. No I/O, no harness types.
+// through reduce<T>(), matmul() or a RowSum so that T = Bounded bounds it.
+// No I/O, no harness types.
 #pragma once
 
+#include <optional>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "reference/bounded.h"
 #include "reference/matmul.h"
@@ -41,17 +45,100 @@ Matrix<T> linear_forward(const Matrix<T>& x, const Matrix<T>& w, const Matrix<T>
   return y;
 }
 
+// A parameter's gradient as a sum over the batch's rows: dW = dy^T x, and
+// the column sums that make db, dgamma and dbeta. The rows may arrive in
+// slices, one pass over each (ProcedureConfig::slice_samples): the sums go
+// on, and result() decides the rule once, over every row (ProductSums,
+// SumOfTerms). One slice is the whole batch's product and sums, bit for bit.
+template <class T>
+class RowSum {
+ public:
+  // += a b over the rows: a [m, rows] (dy^T), b [rows, p], read at the
+  // GEMM's input precision (as gemm() reads them).
+  void add_product(const Matrix<T>& a, const Matrix<T>& b) {
+    if constexpr (std::is_same_v<T, Bounded>) {
+      if (rounding_model().gemm_operand.unit_roundoff > 0.0) {
+        const Matrix<T> ar = stored(a, Storage::gemm_operand), br = stored(b, Storage::gemm_operand);
+        add_operands(ar, br);
+        return;
+      }
+    }
+    add_operands(a, b);
+  }
+  // += term(r, c) over rows r, for each column c.
+  template <class F>
+  void add_columns(long rows, long cols, F&& term) {
+    if (columns_.empty()) columns_.resize(static_cast<std::size_t>(cols));
+    for (long r = 0; r < rows; ++r)
+      for (long c = 0; c < cols; ++c) add_term(columns_[static_cast<std::size_t>(c)], term(r, c));
+  }
+  Matrix<T> result() && {
+    if constexpr (std::is_same_v<T, Bounded>) {
+      if (product_) return product_->decide();
+    } else {
+      if (product_.size() > 0) return std::move(product_);
+    }
+    Matrix<T> out(1, static_cast<long>(columns_.size()));
+    for (std::size_t c = 0; c < columns_.size(); ++c) {
+      if constexpr (std::is_same_v<T, Bounded>) {
+        out(0, static_cast<long>(c)) = std::move(columns_[c]).result();
+      } else {
+        out(0, static_cast<long>(c)) = columns_[c];
+      }
+    }
+    return out;
+  }
+
+ private:
+  using Column = std::conditional_t<std::is_same_v<T, Bounded>, SumOfTerms, double>;
+  using Product = std::conditional_t<std::is_same_v<T, Bounded>, std::optional<ProductSums>, Matrix<double>>;
+
+  void add_operands(const Matrix<T>& a, const Matrix<T>& b) {
+    if constexpr (std::is_same_v<T, Bounded>) {
+      if (product_) {
+        product_->add(a, b);
+      } else {
+        product_.emplace(a, b);
+      }
+    } else {
+      if (product_.size() > 0) {
+        product_ += matmul(a, b);
+      } else {
+        product_ = matmul(a, b);
+      }
+    }
+  }
+  static void add_term(Column& sum, const T& t) {
+    if constexpr (std::is_same_v<T, Bounded>) {
+      sum.add(t);
+    } else {
+      sum += t;
+    }
+  }
+
+  Product product_;
+  std::vector<Column> columns_;
+};
+
 template <class T>
 struct LinearGrads {
   Matrix<T> dx, dw, db;
 };
 
 // dx = dy W and dW = dy^T x by the dot-product rule; db = column sums of dy.
+// dW and db are added into their row sums; dx is returned.
+template <class T>
+Matrix<T> linear_backward(const Matrix<T>& x, const Matrix<T>& w, const Matrix<T>& dy, RowSum<T>& dw, RowSum<T>& db) {
+  dw.add_product(transposed(dy), x);
+  db.add_columns(dy.rows(), dy.cols(), [&](long i, long o) -> const T& { return dy(i, o); });
+  return gemm(dy, w);
+}
+
 template <class T>
 LinearGrads<T> linear_backward(const Matrix<T>& x, const Matrix<T>& w, const Matrix<T>& dy) {
-  LinearGrads<T> g{gemm(dy, w), gemm(transposed(dy), x), Matrix<T>(1, w.rows())};
-  for (long o = 0; o < w.rows(); ++o) g.db(0, o) = reduce<T>(x.rows(), [&](long i) { return dy(i, o); });
-  return g;
+  RowSum<T> dw, db;
+  Matrix<T> dx = linear_backward(x, w, dy, dw, db);
+  return {std::move(dx), std::move(dw).result(), std::move(db).result()};
 }
 
 // ----------------------------------------------------------- activations
@@ -320,13 +407,14 @@ struct NormGrads {
 //   dgamma = sum over rows of dy * x_hat, dbeta = sum over rows of dy.
 // The means come from `coupling`, which is this x's own unless the caller
 // passes the whole window's (exact BatchNorm under accumulation).
+// dgamma and dbeta (nullptr for RMSNorm) are added into their row sums;
+// dx is returned.
 template <class T>
-NormGrads<T> norm_backward(const NormShape& s, const Matrix<T>& x, const Matrix<T>& gamma, const Matrix<T>& dy,
-                           const NormStatistics<T>& st, const NormCoupling<T>& coupling) {
+Matrix<T> norm_backward(const NormShape& s, const Matrix<T>& x, const Matrix<T>& gamma, const Matrix<T>& dy,
+                        const NormStatistics<T>& st, const NormCoupling<T>& coupling, RowSum<T>& dgamma,
+                        RowSum<T>* dbeta) {
   const long features = x.cols();
-  NormGrads<T> out{Matrix<T>(x.rows(), features), Matrix<T>(1, features),
-                   Matrix<T>(1, s.kind == NormKind::rms ? 0 : features)};
-  Matrix<T> x_hat(x.rows(), features);
+  Matrix<T> dx(x.rows(), features), x_hat(x.rows(), features);
   long g = 0;
   for_each_norm_group(s, x.rows(), features, [&](long n, auto element) {
     const T count(static_cast<double>(coupling.count[g]));
@@ -334,17 +422,23 @@ NormGrads<T> norm_backward(const NormShape& s, const Matrix<T>& x, const Matrix<
     for (long i = 0; i < n; ++i) {
       auto [r, c] = element(i);
       x_hat(r, c) = normalized(s, n, x(r, c), st, g);
-      out.dx(r, c) = n == 1 && s.kind != NormKind::rms
-                         ? T(0.0)
-                         : st.rstd[g] * (gamma(0, c) * dy(r, c) - mean_g - x_hat(r, c) * mean_gx);
+      dx(r, c) = n == 1 && s.kind != NormKind::rms ? T(0.0)
+                                                    : st.rstd[g] * (gamma(0, c) * dy(r, c) - mean_g - x_hat(r, c) * mean_gx);
     }
     ++g;
   });
-  for (long c = 0; c < features; ++c) {
-    out.dgamma(0, c) = reduce<T>(x.rows(), [&](long r) { return dy(r, c) * x_hat(r, c); });
-    if (s.kind != NormKind::rms) out.dbeta(0, c) = reduce<T>(x.rows(), [&](long r) { return dy(r, c); });
-  }
-  return out;
+  dgamma.add_columns(x.rows(), features, [&](long r, long c) { return dy(r, c) * x_hat(r, c); });
+  if (dbeta) dbeta->add_columns(x.rows(), features, [&](long r, long c) -> const T& { return dy(r, c); });
+  return dx;
+}
+
+template <class T>
+NormGrads<T> norm_backward(const NormShape& s, const Matrix<T>& x, const Matrix<T>& gamma, const Matrix<T>& dy,
+                           const NormStatistics<T>& st, const NormCoupling<T>& coupling) {
+  RowSum<T> dgamma, dbeta;
+  const bool rms = s.kind == NormKind::rms;
+  Matrix<T> dx = norm_backward(s, x, gamma, dy, st, coupling, dgamma, rms ? nullptr : &dbeta);
+  return {std::move(dx), std::move(dgamma).result(), rms ? Matrix<T>(1, 0) : std::move(dbeta).result()};
 }
 
 template <class T>

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "reference/bounded.h"
@@ -19,6 +20,7 @@ template <class T>
 struct LossAndGrad {
   T loss_sum;
   Matrix<T> dy;
+  std::vector<T> row_losses;  // the terms of loss_sum, one per row (0 for an ignored one)
 };
 
 // Mean squared error per item (row): l_i = (1/D) sum_j (p_ij - t_ij)^2.
@@ -27,7 +29,7 @@ template <class T>
 LossAndGrad<T> mse_loss(const Matrix<T>& pred, const Matrix<T>& target, const T& scale) {
   const long d = pred.cols();
   const T inv_d(1.0 / static_cast<double>(d));
-  LossAndGrad<T> out{T(0.0), Matrix<T>(pred.rows(), d)};
+  LossAndGrad<T> out{T(0.0), Matrix<T>(pred.rows(), d), {}};
   std::vector<T> row_loss(static_cast<std::size_t>(pred.rows()));
   for (long i = 0; i < pred.rows(); ++i) {
     row_loss[i] = reduce<T>(d, [&](long j) {
@@ -37,6 +39,7 @@ LossAndGrad<T> mse_loss(const Matrix<T>& pred, const Matrix<T>& target, const T&
     for (long j = 0; j < d; ++j) out.dy(i, j) = scale * (T(2.0) * inv_d * (pred(i, j) - target(i, j)));
   }
   out.loss_sum = reduce<T>(pred.rows(), [&](long i) { return row_loss[i]; });
+  out.row_losses = std::move(row_loss);
   return out;
 }
 
@@ -46,7 +49,7 @@ LossAndGrad<T> mse_loss(const Matrix<T>& pred, const Matrix<T>& target, const T&
 template <class T>
 LossAndGrad<T> cross_entropy_loss(const Matrix<T>& logits, const std::vector<int>& classes, const T& scale) {
   const long d = logits.cols();
-  LossAndGrad<T> out{T(0.0), zeros<T>(logits.rows(), d)};
+  LossAndGrad<T> out{T(0.0), zeros<T>(logits.rows(), d), {}};
   std::vector<T> row_loss(static_cast<std::size_t>(logits.rows()), T(0.0));
   for (long i = 0; i < logits.rows(); ++i) {
     if (classes[i] == kIgnoreClass) continue;
@@ -72,6 +75,7 @@ LossAndGrad<T> cross_entropy_loss(const Matrix<T>& logits, const std::vector<int
     }
   }
   out.loss_sum = reduce<T>(logits.rows(), [&](long i) { return row_loss[i]; });
+  out.row_losses = std::move(row_loss);
   return out;
 }
 

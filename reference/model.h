@@ -136,27 +136,31 @@ namespace detail {
 // away by the caller), each layer's entries are freed as soon as its
 // backward is done: at real widths the tape is most of a pass's memory, and
 // holding it all until the end, beside a second set of activation-sized
-// gradients, doubled the pass's peak.
+// gradients, doubled the pass's peak. With `slice_sums` (one per parameter)
+// the pass is over one slice of a batch's rows: its reductions over rows
+// are added there and no gradient is returned; otherwise each is decided
+// as soon as its layer is done.
 template <class T>
 Tensors<T> backward_pass(const ModelSpec& spec, const Tensors<T>& params, const Tape<T>& tape, const Matrix<T>& dy_out,
-                         const WindowNorms<T>* window, Tensors<T>* output_grads, Tape<T>* release) {
+                         const WindowNorms<T>* window, Tensors<T>* output_grads, Tape<T>* release,
+                         std::vector<RowSum<T>>* slice_sums = nullptr) {
   const std::vector<long> first = first_parameter(spec);
-  Tensors<T> grads(params.size());
+  Tensors<T> grads(slice_sums ? 0 : params.size());
   if (output_grads) output_grads->assign(spec.layers.size(), Matrix<T>());
   Matrix<T> dy = dy_out;
   for (std::size_t l = spec.layers.size(); l-- > 0;) {
     if (output_grads) (*output_grads)[l] = dy;
     const Matrix<T>& x = tape.layer_inputs[l];
     const Matrix<T>* p = params.data() + first[l];
+    RowSum<T> local[2];
+    RowSum<T>* sums = slice_sums ? slice_sums->data() + first[l] : local;
+    long count = 0;  // the layer's parameters
     Matrix<T> dx;
     switch (spec.layers[l].kind) {
-      case LayerKind::linear: {
-        LinearGrads<T> g = linear_backward(x, p[0], dy);
-        grads[first[l]] = std::move(g.dw);
-        grads[first[l] + 1] = std::move(g.db);
-        dx = std::move(g.dx);
+      case LayerKind::linear:
+        dx = linear_backward(x, p[0], dy, sums[0], sums[1]);
+        count = 2;
         break;
-      }
       case LayerKind::relu: dx = relu_backward(x, dy); break;
       case LayerKind::gelu: dx = gelu_backward(x, dy); break;
       case LayerKind::layer_norm:
@@ -166,14 +170,15 @@ Tensors<T> backward_pass(const ModelSpec& spec, const Tensors<T>& params, const 
         const NormShape shape = norm_shape(spec, spec.layers[l]);
         const NormStatistics<T>& st = *tape.statistics[l];
         const bool supplied = window && window->coupling.size() > l && window->coupling[l].has_value();
-        NormGrads<T> g = norm_backward(shape, x, p[0], dy, st,
-                                       supplied ? *window->coupling[l] : norm_coupling(shape, x, p[0], dy, st));
-        grads[first[l]] = std::move(g.dgamma);
-        if (spec.layers[l].kind != LayerKind::rms_norm) grads[first[l] + 1] = std::move(g.dbeta);
-        dx = std::move(g.dx);
+        const bool rms = spec.layers[l].kind == LayerKind::rms_norm;
+        dx = norm_backward(shape, x, p[0], dy, st, supplied ? *window->coupling[l] : norm_coupling(shape, x, p[0], dy, st),
+                           sums[0], rms ? nullptr : &sums[1]);
+        count = rms ? 1 : 2;
         break;
       }
     }
+    if (!slice_sums)
+      for (long k = 0; k < count; ++k) grads[static_cast<std::size_t>(first[l] + k)] = std::move(local[k]).result();
     if (release) {
       release->layer_inputs[l] = Matrix<T>();
       release->statistics[l].reset();

@@ -90,6 +90,17 @@ struct ProcedureConfig {
   OptimizerSpec optimizer;
   ClipSpec clip;
   ScheduleSpec schedule;
+  // How the reference computes, not what: a micro-batch of more samples
+  // than this (0: no limit) is computed in consecutive slices of at most
+  // this many samples, one forward and backward over each, its reductions
+  // over rows (weight gradients, biases, normalizer parameters, the loss)
+  // summed over the slices and decided once (RowSum). One slice's
+  // activations are held at a time; the results are the whole pass's up to
+  // float64 summation order, as long as no shared source spans two slices
+  // (none does: normalizer statistics and softmax denominators belong to a
+  // row or a sample). A micro-batch with BatchNorm, whose statistics span
+  // all of its rows, cannot be sliced.
+  long slice_samples = 0;
 };
 
 // 1 / normalizer for each micro-batch (the loss scale not included).
@@ -168,6 +179,12 @@ class GradientBuffer {
   std::vector<double> sums_;
 };
 
+template <class T>
+LossAndGrad<T> loss_of(const ModelSpec& spec, const Matrix<T>& output, const Batch& batch, const T& scale) {
+  return spec.loss == LossKind::mse ? mse_loss(output, lift<T>(batch.targets), scale)
+                                    : cross_entropy_loss(output, batch.classes, scale);
+}
+
 // Statistics and backward coupling of every BatchNorm layer over the whole
 // window, built one micro-batch at a time (moments combined with Chan's
 // formula, coupling sums added): one forward pass per BatchNorm layer for
@@ -200,8 +217,7 @@ long exact_window_norms(const ModelSpec& spec, const Tensors<T>& weights, const 
       const Batch& mb = micro_batches[b];
       const Tape<T> tape = forward(spec, weights, lift<T>(mb.inputs), static_cast<Tensors<T>*>(nullptr), &window);
       const T scale(scales[b]);
-      const LossAndGrad<T> loss = spec.loss == LossKind::mse ? mse_loss(tape.output, lift<T>(mb.targets), scale)
-                                                             : cross_entropy_loss(tape.output, mb.classes, scale);
+      const LossAndGrad<T> loss = loss_of(spec, tape.output, mb, scale);
       const Backward<T> bw = backward_with_layer_grads(spec, weights, tape, stored(loss.dy, Storage::compute), &window);
       coupling = combine_coupling(coupling, norm_coupling(shape, tape.layer_inputs[k], weights[first[k]],
                                                           bw.layer_output_grads[k], *tape.statistics[k]));
@@ -210,6 +226,50 @@ long exact_window_norms(const ModelSpec& spec, const Tensors<T>& weights, const 
     ++passes;
   }
   return passes;
+}
+
+// One micro-batch's fresh gradients and its loss sum (the loss scale not
+// applied).
+template <class T>
+struct MicroBatchPass {
+  Tensors<T> grads;
+  T loss_sum;
+};
+
+// The micro-batch in one forward and backward, or in slices of
+// config.slice_samples samples. `report(slice, slices)` is called after
+// each slice (after the whole pass: 1, 1).
+template <class T, class Report>
+MicroBatchPass<T> micro_batch_pass(const ModelSpec& spec, const ProcedureConfig& config, const Tensors<T>& weights,
+                                   const Batch& mb, const T& scale, Tensors<T>* running, const WindowNorms<T>* window,
+                                   Report&& report) {
+  const long samples = mb.samples();
+  if (config.slice_samples <= 0 || config.slice_samples >= samples) {
+    Tape<T> tape = forward(spec, weights, lift<T>(mb.inputs), running, window);
+    LossAndGrad<T> loss = loss_of(spec, tape.output, mb, scale);
+    MicroBatchPass<T> out{backward(spec, weights, std::move(tape), stored(loss.dy, Storage::compute), window),
+                          loss.loss_sum};
+    report(1, 1);
+    return out;
+  }
+  if (has_batch_norm(spec))
+    throw std::invalid_argument("a micro-batch through BatchNorm cannot be computed in slices: its statistics span "
+                                "all of its rows");
+  std::vector<RowSum<T>> sums(weights.size());
+  std::vector<T> row_losses;
+  const auto slices = static_cast<std::size_t>((samples + config.slice_samples - 1) / config.slice_samples);
+  for (long first = 0; first < samples; first += config.slice_samples) {
+    const Batch part = mb.slice(first, std::min(config.slice_samples, samples - first));
+    Tape<T> tape = forward(spec, weights, lift<T>(part.inputs), running, window);
+    LossAndGrad<T> loss = loss_of(spec, tape.output, part, scale);
+    row_losses.insert(row_losses.end(), loss.row_losses.begin(), loss.row_losses.end());
+    backward_pass(spec, weights, tape, stored(loss.dy, Storage::compute), window, static_cast<Tensors<T>*>(nullptr),
+                  &tape, &sums);
+    report(static_cast<std::size_t>(first / config.slice_samples) + 1, slices);
+  }
+  MicroBatchPass<T> out{Tensors<T>(), reduce<T>(static_cast<long>(row_losses.size()), [&](long i) { return row_losses[i]; })};
+  for (RowSum<T>& g : sums) out.grads.push_back(std::move(g).result());
+  return out;
 }
 
 // The ranks a window's micro-batches are shared among (ProcedureConfig::ranks).
@@ -228,10 +288,15 @@ inline std::size_t window_ranks(const ProcedureConfig& config, std::size_t micro
 // zero -> for each micro-batch: forward, scaled loss, backward, accumulate
 // -> unscale. BatchNorm running statistics in `buffers` are updated.
 // Long runs report that they are alive: after each micro-batch a window
-// accumulates, on this thread, the observer in scope (if any) hears how many
-// of the window's micro-batches are done. At real widths one micro-batch of
-// the bounded reference takes seconds.
-using MicroBatchObserver = std::function<void(std::size_t done, std::size_t total)>;
+// accumulates (and each slice of one, ProcedureConfig::slice_samples), on
+// this thread, the observer in scope (if any) hears how many of the
+// window's micro-batches are done. At real widths one micro-batch of the
+// bounded reference takes seconds.
+struct MicroBatchProgress {
+  std::size_t done = 0, total = 0;   // the window's micro-batches
+  std::size_t slice = 1, slices = 1;  // slices of the micro-batch in hand done (slice_samples)
+};
+using MicroBatchObserver = std::function<void(const MicroBatchProgress&)>;
 const MicroBatchObserver* micro_batch_observer();
 class ScopedMicroBatchObserver {
  public:
@@ -280,17 +345,16 @@ WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfi
   const OverflowTally tally_before = overflow_tally();
   for (std::size_t b = 0; b < micro_batches.size(); ++b) {
     std::vector<detail::GradientBuffer<T>>& buffer = buffers_of[b / per_rank];
-    const Batch& mb = micro_batches[b];
-    Tape<T> tape =
-        forward(spec, weights, lift<T>(mb.inputs), exact_bn ? nullptr : &buffers, exact_bn ? &window_norms : nullptr);
     const T scale(scales[b]);
-    LossAndGrad<T> loss = spec.loss == LossKind::mse ? mse_loss(tape.output, lift<T>(mb.targets), scale)
-                                                     : cross_entropy_loss(tape.output, mb.classes, scale);
-    losses.push_back(loss.loss_sum * scale);
-    const Tensors<T> g = backward(spec, weights, std::move(tape), stored(loss.dy, Storage::compute),
-                                  exact_bn ? &window_norms : nullptr);
-    for (std::size_t p = 0; p < params.size(); ++p) buffer[p].add(g[p]);
-    if (const MicroBatchObserver* observer = micro_batch_observer()) (*observer)(b + 1, micro_batches.size());
+    const auto report = [&](std::size_t slice, std::size_t slices) {
+      if (const MicroBatchObserver* observer = micro_batch_observer())
+        (*observer)(MicroBatchProgress{slice == slices ? b + 1 : b, micro_batches.size(), slice, slices});
+    };
+    detail::MicroBatchPass<T> pass = detail::micro_batch_pass(spec, config, weights, micro_batches[b], scale,
+                                                              exact_bn ? nullptr : &buffers,
+                                                              exact_bn ? &window_norms : nullptr, report);
+    losses.push_back(pass.loss_sum * scale);
+    for (std::size_t p = 0; p < params.size(); ++p) buffer[p].add(pass.grads[p]);
   }
   for (std::size_t p = 0; p < params.size(); ++p) {
     if (ranks == 1) {

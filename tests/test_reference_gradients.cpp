@@ -5,6 +5,7 @@
 #include "reference/layers.h"
 #include "reference/losses.h"
 #include "reference/model.h"
+#include "reference/procedure.h"
 #include "support.h"
 
 namespace gradeq::test {
@@ -201,6 +202,94 @@ TEST_F(ReferenceGradients, AGivenAwayTapeIsFreedAndGivesTheSameGradients) {
   }
   // The kept tape is untouched.
   for (std::size_t l = 0; l < spec.layers.size(); ++l) EXPECT_GT(kept.layer_inputs[l].size(), 0) << l;
+}
+
+// A micro-batch computed in slices of samples (ProcedureConfig::
+// slice_samples: the full batch at real sizes) gives one pass's gradients
+// and loss: values within both references' own bounds (Eigen's float64
+// GEMMs sum in an order that depends on the shapes), kernel bounds to 1e-9
+// (no shared source spans two slices: statistics and softmax denominators
+// belong to a row or a sample); inside accumulated micro-batches too, and
+// with its progress reported per slice.
+// BatchNorm, whose statistics span the micro-batch, refuses.
+TEST_F(ReferenceGradients, AMicroBatchInSlicesGivesTheWholePass) {
+  struct Case {
+    std::vector<ref::LayerSpec> layers;
+    ref::LossKind loss;
+  };
+  const std::vector<Case> cases = {
+      {{{ref::LayerKind::layer_norm, 0}, {ref::LayerKind::linear, 8}, {ref::LayerKind::gelu, 0}, {ref::LayerKind::linear, 4}},
+       ref::LossKind::cross_entropy},
+      {{{ref::LayerKind::linear, 6}, {ref::LayerKind::group_norm, 0, 2}, {ref::LayerKind::relu, 0},
+        {ref::LayerKind::rms_norm, 0}, {ref::LayerKind::linear, 3}},
+       ref::LossKind::mse},
+  };
+  long compared = 0;
+  for (const Case& c : cases) {
+    ref::ModelSpec spec;
+    spec.input_features = 5;
+    spec.positions = 3;
+    spec.layers = c.layers;
+    spec.loss = c.loss;
+    const long samples = 8, rows = samples * spec.positions;
+    ref::Batch batch;
+    batch.positions = spec.positions;
+    batch.inputs = random_matrix(rng, rows, spec.input_features);
+    for (long i = 0; i < batch.inputs.size(); ++i) batch.inputs.data()[i] = static_cast<float>(batch.inputs.data()[i]);
+    if (c.loss == ref::LossKind::mse) {
+      batch.targets = random_matrix(rng, rows, 3);
+      for (long i = 0; i < batch.targets.size(); ++i) batch.targets.data()[i] = static_cast<float>(batch.targets.data()[i]);
+    } else {
+      for (long r = 0; r < rows; ++r) batch.classes.push_back(r % 5 == 4 ? ref::kIgnoreClass : static_cast<int>(r % 4));
+    }
+    ref::Tensors<Bounded> params;
+    for (const auto& p : ref::parameter_layout(spec)) {
+      Matrix<double> m = random_matrix(rng, p.rows, p.cols, 0.7);
+      for (long i = 0; i < m.size(); ++i) m.data()[i] = static_cast<float>(m.data()[i]);
+      params.push_back(lift<Bounded>(m));
+    }
+    for (const std::vector<long>& split : {std::vector<long>{8}, std::vector<long>{5, 3}}) {
+      ref::ProcedureConfig whole, sliced;
+      sliced.slice_samples = 2;
+      ref::Tensors<Bounded> buffers = ref::initial_buffers<Bounded>(spec), buffers_sliced = buffers;
+      const auto expected = ref::accumulate_window(spec, whole, params, buffers, batch, split);
+      std::vector<ref::MicroBatchProgress> heard;
+      const ref::ScopedMicroBatchObserver observer([&](const ref::MicroBatchProgress& p) { heard.push_back(p); });
+      const auto got = ref::accumulate_window(spec, sliced, params, buffers_sliced, batch, split);
+      EXPECT_LE(std::abs(got.loss.value - expected.loss.value), got.loss.reference + expected.loss.reference);
+      EXPECT_LE(std::abs(got.loss.kernel_bound - expected.loss.kernel_bound), 1e-9 * expected.loss.kernel_bound);
+      ASSERT_EQ(got.grads.size(), expected.grads.size());
+      for (std::size_t p = 0; p < got.grads.size(); ++p) {
+        ASSERT_EQ(got.grads[p].size(), expected.grads[p].size()) << p;
+        for (long i = 0; i < got.grads[p].size(); ++i) {
+          const Bounded &a = got.grads[p].data()[i], &b = expected.grads[p].data()[i];
+          EXPECT_LE(std::abs(a.value - b.value), a.reference + b.reference) << p << " " << i;
+          EXPECT_LE(std::abs(a.kernel_bound - b.kernel_bound), 1e-9 * b.kernel_bound) << p << " " << i;
+          ++compared;
+        }
+      }
+      // Slices of 2 samples: 4 for the full batch; 3 and 2 for 5 and 3.
+      std::vector<std::pair<std::size_t, std::size_t>> slices;
+      for (const auto& p : heard) slices.emplace_back(p.slice, p.slices);
+      const std::vector<std::pair<std::size_t, std::size_t>> expected_slices =
+          split.size() == 1 ? std::vector<std::pair<std::size_t, std::size_t>>{{1, 4}, {2, 4}, {3, 4}, {4, 4}}
+                            : std::vector<std::pair<std::size_t, std::size_t>>{{1, 3}, {2, 3}, {3, 3}, {1, 2}, {2, 2}};
+      EXPECT_EQ(slices, expected_slices);
+      EXPECT_EQ(heard.back().done, split.size());
+    }
+  }
+  EXPECT_GT(compared, 200);
+  ref::ModelSpec bn;
+  bn.input_features = 4;
+  bn.layers = {{ref::LayerKind::linear, 4}, {ref::LayerKind::batch_norm, 0}, {ref::LayerKind::linear, 2}};
+  ref::Batch batch;
+  batch.inputs = random_matrix(rng, 6, 4);
+  batch.targets = random_matrix(rng, 6, 2);
+  ref::Tensors<Bounded> params, buffers = ref::initial_buffers<Bounded>(bn);
+  for (const auto& p : ref::parameter_layout(bn)) params.push_back(lift<Bounded>(random_matrix(rng, p.rows, p.cols)));
+  ref::ProcedureConfig sliced;
+  sliced.slice_samples = 2;
+  EXPECT_THROW(ref::accumulate_window(bn, sliced, params, buffers, batch, {6}), std::invalid_argument);
 }
 
 }  // namespace
