@@ -238,6 +238,14 @@ double estimated_peak_bytes(const ScenarioSpec& s) {
   for (const ref::ParameterInfo& p : ref::parameter_layout(s.model))
     params += static_cast<double>(p.rows) * static_cast<double>(p.cols);
   const double bounded = sizeof(ref::Bounded);
+  // A pass holds the rows of one micro-batch, or of one slice of it
+  // (reference_slice_samples).
+  const double kernel_rows = rows;
+  if (s.reference_slice_samples > 0) {
+    const double slice_rows = static_cast<double>(s.reference_slice_samples) * static_cast<double>(s.model.positions);
+    rows = std::min(rows, slice_rows);
+    micro_batch_rows = std::min(micro_batch_rows, slice_rows);
+  }
   // The tape (each layer's input, freed as backward passes the layer), the
   // output, the gradient flowing back and a layer's temporaries: 2.5
   // bounded values per row and width, in both runs (in turn, the larger).
@@ -245,6 +253,14 @@ double estimated_peak_bytes(const ScenarioSpec& s) {
   const double activations =
       2.5 * (s.reference_runs_in_turn ? std::max(rows, micro_batch_rows) : rows + micro_batch_rows) * width_sum * bounded;
   const double gemm_temporaries = 12.0 * 8.0 * rows * width_max;  // the matrix form's float64 parts
+  // A pass in slices sums its reductions over rows (ref::RowSum): 11
+  // float64 sums per weight element, and each bias's and normalizer
+  // parameter's terms, 32 bytes per row and element.
+  double row_sums = 0.0;
+  if (s.reference_slice_samples > 0)
+    for (const ref::ParameterInfo& p : ref::parameter_layout(s.model))
+      row_sums += p.rows == 1 ? 32.0 * kernel_rows * static_cast<double>(p.cols)
+                              : 11.0 * 8.0 * static_cast<double>(p.rows) * static_cast<double>(p.cols);
   // Two reference runs at a time (harness/equivalence.cpp; one when in turn), each holding
   // about 7 parameter-sized bounded tensors (the state: parameters and
   // moments; the compute copies of the weights, the accumulation buffer, a
@@ -259,21 +275,22 @@ double estimated_peak_bytes(const ScenarioSpec& s) {
   const double recorded = 2.0 + moments;
   const double windows = static_cast<double>(s.split.size());
   const double state = runs * 7.0 * params * bounded + 300.0 * windows * recorded * params;
-  const double kernel = 3.0 * 4.0 * rows * width_sum + 8.0 * 4.0 * params;
+  const double kernel = 3.0 * 4.0 * kernel_rows * width_sum + 8.0 * 4.0 * params;
   // A weight gradient after a normalizer: the matrix form follows each
   // statistics group's two shared sources (mean, 1/sigma) through dW = dy^T x,
   // a [sources x output] coefficient sum and term count for each operand
-  // (reference/matmul.cpp, pair_sums): 2 operands x 2 x 8 bytes x 2
+  // (reference/matmul.cpp, pair_sums; kept for every slice of a pass in
+  // slices): 2 operands x 2 x 8 bytes x 2
   // sources x groups per column x in x out. Not where the rule folds them
   // all: more than 16 sources per column and an input without zeros (the
   // linear layer not right after a ReLU).
   double shared = 0.0, groups_per_column = 0.0;
   for (std::size_t l = 0; l < s.model.layers.size(); ++l) {
     const ref::LayerSpec& layer = s.model.layers[l];
-    const double samples = rows / static_cast<double>(s.model.positions);
+    const double samples = kernel_rows / static_cast<double>(s.model.positions);
     switch (layer.kind) {
       case ref::LayerKind::layer_norm:
-      case ref::LayerKind::rms_norm: groups_per_column = std::max(groups_per_column, rows); break;
+      case ref::LayerKind::rms_norm: groups_per_column = std::max(groups_per_column, kernel_rows); break;
       case ref::LayerKind::group_norm: groups_per_column = std::max(groups_per_column, samples); break;
       case ref::LayerKind::batch_norm: groups_per_column = std::max(groups_per_column, 1.0); break;
       case ref::LayerKind::linear: {
@@ -288,7 +305,7 @@ double estimated_peak_bytes(const ScenarioSpec& s) {
   }
   // The process itself (its code and libraries, resident before any
   // scenario: 222 MiB measured with the CUDA libraries linked).
-  return activations + gemm_temporaries + state + kernel + shared + 256.0 * (1 << 20);
+  return activations + gemm_temporaries + row_sums + state + kernel + shared + 256.0 * (1 << 20);
 }
 
 void validate(const ScenarioSpec& s) {

@@ -12,6 +12,17 @@
 #include "reports/report.h"
 
 namespace gradeq {
+namespace {
+
+// How the reference was made to fit in the memory allowed, if it had to be.
+std::string fitted_to_memory(const ScenarioSpec& spec) {
+  if (!spec.reference_runs_in_turn) return "";
+  if (spec.reference_slice_samples == 0) return ", reference runs in turn to fit in memory";
+  return fmt::format(", reference runs in turn and in slices of {} sample{} to fit in memory",
+                     spec.reference_slice_samples, spec.reference_slice_samples == 1 ? "" : "s");
+}
+
+}  // namespace
 
 std::string check_summary(const CheckReport& r) {
   std::ostringstream out;
@@ -25,7 +36,7 @@ std::string check_summary(const CheckReport& r) {
                                  : std::string();
     out << fmt::format("  {:4}  scenario {:30} {}  kernel {:.2e}{}  ({:.2f} s{})\n", s.passed() ? "pass" : "FAIL",
                        s.spec.name, accumulation, s.kernel.worst_ratio, peak, s.seconds,
-                       s.spec.reference_runs_in_turn ? ", reference runs in turn to fit in memory" : "");
+                       fitted_to_memory(s.spec));
     if (!s.passed()) out << "        " << s.first_failure() << "\n";
   }
   for (const PropertyRun& p : r.properties) {

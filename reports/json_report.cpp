@@ -158,6 +158,7 @@ nlohmann::json report_json(const CheckReport& r) {
                          {"verdicts", {verdict_json(s.math), verdict_json(s.kernel), verdict_json(s.accumulation)}}});
     if (s.memory.accumulated.peak > 0.0) scenarios.back()["memory"] = memory_json(s.memory);
     if (s.spec.reference_runs_in_turn) scenarios.back()["reference_runs_in_turn"] = true;
+    if (s.spec.reference_slice_samples > 0) scenarios.back()["reference_slice_samples"] = s.spec.reference_slice_samples;
   }
   nlohmann::json properties = nlohmann::json::array();
   for (const PropertyRun& p : r.properties)

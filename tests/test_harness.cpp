@@ -257,12 +257,17 @@ TEST(Equivalence, ReferenceRunsGoInTurnWhereBothAtOnceWouldNotFit) {
   EXPECT_FALSE(spec.reference_runs_in_turn) << "both fit at once";
   fit_to_memory(spec, 0.5 * (in_turn + at_once));
   EXPECT_TRUE(spec.reference_runs_in_turn);
+  EXPECT_EQ(spec.reference_slice_samples, 0) << "in turn fits: no slices";
+  ScenarioSpec smallest_spec = in_turn_spec;
+  smallest_spec.reference_slice_samples = 1;
   try {
     ScenarioSpec refused = spec;
-    fit_to_memory(refused, 0.99 * in_turn);
-    ADD_FAILURE() << "a scenario that does not fit even in turn is refused";
+    fit_to_memory(refused, 0.99 * estimated_peak_bytes(smallest_spec));
+    ADD_FAILURE() << "a scenario that does not fit even in turn and in slices is refused";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("even with its reference runs in turn"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("even with its reference runs in turn and its passes in slices of 1 sample"),
+              std::string::npos)
+        << e.what();
   }
 
   CpuBackend cpu;
@@ -287,6 +292,73 @@ TEST(Equivalence, ReferenceRunsGoInTurnWhereBothAtOnceWouldNotFit) {
   CheckReport report;
   report.scenarios = {in_turn_result};
   EXPECT_NE(report_json(report).dump().find("\"reference_runs_in_turn\":true"), std::string::npos);
+}
+
+// Where even runs in turn would not fit, passes over more samples than fit
+// go in slices: of the largest micro-batch's samples, halved until the
+// scenario fits; the verdicts are the same, the kernel's and accumulation's
+// ratios the same up to float64 summation order; the progress counts the slices, and the
+// console line and report.json say so. Through BatchNorm a pass cannot be
+// sliced: refused.
+TEST(Equivalence, PassesGoInSlicesWhereEvenRunsInTurnWouldNotFit) {
+  const ScenarioSpec at_once_spec = *find_scenario(default_scenarios(), "token_ce_padded_uneven");  // largest micro-batch: 5
+  const auto estimate = [&](long slice) {
+    ScenarioSpec s = at_once_spec;
+    s.reference_runs_in_turn = true;
+    s.reference_slice_samples = slice;
+    return estimated_peak_bytes(s);
+  };
+  ASSERT_LT(estimate(5), estimate(0));
+  ASSERT_LT(estimate(2), estimate(5));
+  ASSERT_LT(estimate(1), estimate(2));
+  ScenarioSpec spec = at_once_spec;
+  fit_to_memory(spec, 0.5 * (estimate(5) + estimate(0)));
+  EXPECT_TRUE(spec.reference_runs_in_turn);
+  EXPECT_EQ(spec.reference_slice_samples, 5);
+  fit_to_memory(spec, 0.5 * (estimate(1) + estimate(2)));
+  EXPECT_EQ(spec.reference_slice_samples, 1);
+  fit_to_memory(spec, 0.5 * (estimate(2) + estimate(5)));
+  EXPECT_EQ(spec.reference_slice_samples, 2) << "5 halved";
+  ScenarioSpec batch_norm = *find_scenario(default_scenarios(), "vision_batchnorm_mb2_n16");
+  ScenarioSpec batch_norm_in_turn = batch_norm;
+  batch_norm_in_turn.reference_runs_in_turn = true;
+  try {
+    fit_to_memory(batch_norm, 0.99 * estimated_peak_bytes(batch_norm_in_turn));
+    ADD_FAILURE() << "BatchNorm cannot be sliced";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("through BatchNorm a pass cannot be sliced"), std::string::npos) << e.what();
+  }
+
+  CpuBackend cpu;
+  std::vector<std::string> lines;
+  const ScenarioResult sliced =
+      check_scenario(spec, cpu, correct_loop(), ErrorModel{}, [&](const std::string& l) { lines.push_back(l); });
+  const ScenarioResult whole = check_scenario(at_once_spec, cpu, correct_loop(), ErrorModel{});
+  EXPECT_TRUE(sliced.passed());
+  const auto same = [](const Verdict& a, const Verdict& b, const char* what) {
+    EXPECT_EQ(a.status, b.status) << what;
+    EXPECT_NEAR(a.worst_ratio, b.worst_ratio, 1e-6 * b.worst_ratio + 1e-12) << what;
+  };
+  same(sliced.kernel, whole.kernel, "kernel correctness");
+  same(sliced.accumulation, whole.accumulation, "accumulation equivalence");
+  // Math equivalence measures the two float64 references against their own
+  // bounds, the scale at which summation order moves them: the same verdict.
+  EXPECT_EQ(sliced.math.status, whole.math.status);
+  // The full batch of window 1 (12 samples) in 6 slices of 2; its micro-batch of 5 in 3.
+  EXPECT_NE(std::find_if(lines.begin(), lines.end(),
+                         [](const std::string& l) { return l.find("full batch window 1/2, row slice 5/6") != std::string::npos; }),
+            lines.end());
+  EXPECT_NE(std::find_if(lines.begin(), lines.end(),
+                         [](const std::string& l) {
+                           return l.find("accumulated window 1/2, micro-batch 2/4, row slice 2/3") != std::string::npos;
+                         }),
+            lines.end());
+  CheckReport report;
+  report.scenarios = {sliced};
+  EXPECT_NE(report_json(report).dump().find("\"reference_slice_samples\":2"), std::string::npos);
+  EXPECT_NE(check_summary(report).find("reference runs in turn and in slices of 2 samples to fit in memory"),
+            std::string::npos)
+      << check_summary(report);
 }
 
 // A progress board shows every part's latest status on one line, in the order
