@@ -107,13 +107,12 @@ class WindowStatus {
   WindowStatus(const ProgressSink& status, std::size_t w, std::size_t k)
       : window_("window " + std::to_string(w + 1) + "/" + std::to_string(k)),
         observer_(status ? ref::MicroBatchObserver([&status, this](const ref::MicroBatchProgress& p) {
-          if (p.slices > 1 && p.slice < p.slices) {
-            status(window_ + (p.total > 1 ? ", micro-batch " + std::to_string(p.done + 1) + "/" + std::to_string(p.total)
-                                          : std::string()) +
-                   ", row slice " + std::to_string(p.slice) + "/" + std::to_string(p.slices));
-          } else if (p.total > 1) {
-            status(window_ + ", micro-batch " + std::to_string(p.done) + "/" + std::to_string(p.total));
-          }
+          if (p.total == 1 && p.slices == 1) return;
+          // The micro-batch in hand: the last one done once its last slice is.
+          const std::size_t current = p.slice == p.slices ? p.done : p.done + 1;
+          status(window_ +
+                 (p.total > 1 ? ", micro-batch " + std::to_string(current) + "/" + std::to_string(p.total) : std::string()) +
+                 (p.slices > 1 ? ", row slice " + std::to_string(p.slice) + "/" + std::to_string(p.slices) : std::string()));
         })
                          : ref::MicroBatchObserver{}) {
     if (status) status(window_);
