@@ -92,9 +92,11 @@ bool valid_scenario_name(const std::string& name);
 
 // What checking the scenario will hold at its peak, from its shapes alone
 // (before anything is allocated): the reference's bounded tensors of the
-// largest window (the full-batch pass holds all of its rows) and of its
-// largest micro-batch, their GEMM temporaries, the parameter-sized state of
-// two reference runs at once (one, with reference_runs_in_turn) and every
+// largest window (the full-batch pass holds all of its rows, or one slice
+// of them with reference_slice_samples, plus the sums kept across slices)
+// and of its largest micro-batch, their GEMM temporaries, the
+// parameter-sized state of two reference runs at once (one, with
+// reference_runs_in_turn) and every
 // window's records of it, the kernel's float32 tensors and the process
 // itself. An upper estimate, to refuse a scenario that cannot fit before
 // it starts: 1.3-1.7x the peak RSS measured on the scale suite and on
