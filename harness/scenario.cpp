@@ -246,12 +246,17 @@ double estimated_peak_bytes(const ScenarioSpec& s) {
     rows = std::min(rows, slice_rows);
     micro_batch_rows = std::min(micro_batch_rows, slice_rows);
   }
-  // The tape (each layer's input, freed as backward passes the layer), the
-  // output, the gradient flowing back and a layer's temporaries: 2.5
-  // bounded values per row and width, in both runs (in turn, the larger).
+  // The tape (each layer's input and the output: one bounded value per row
+  // and width, freed layer by layer as backward passes), and beside it the
+  // gradient flowing back, the layer's input gradient and one temporary:
+  // three bounded values per row and width of the widest layer. In both
+  // runs (in turn, the larger). Fit to peak RSS with a margin of 15 %: the
+  // scenarios where activations are most of the peak measured 1.02-1.08x
+  // without it (docs/NUMERICS.md §8).
   const double runs = s.reference_runs_in_turn ? 1.0 : 2.0;
-  const double activations =
-      2.5 * (s.reference_runs_in_turn ? std::max(rows, micro_batch_rows) : rows + micro_batch_rows) * width_sum * bounded;
+  const double activations = 1.15 * (width_sum + 3.0 * width_max) *
+                             (s.reference_runs_in_turn ? std::max(rows, micro_batch_rows) : rows + micro_batch_rows) *
+                             bounded;
   const double gemm_temporaries = 12.0 * 8.0 * rows * width_max;  // the matrix form's float64 parts
   // A pass in slices sums its reductions over rows (ref::RowSum): 11
   // float64 sums per weight element, and each bias's and normalizer
@@ -282,9 +287,11 @@ double estimated_peak_bytes(const ScenarioSpec& s) {
   // (reference/matmul.cpp, pair_sums; kept for every slice of a pass in
   // slices): 2 operands x 2 x 8 bytes x 2
   // sources x groups per column x in x out. Not where the rule folds them
-  // all: more than 16 sources per column and an input without zeros (the
-  // linear layer not right after a ReLU).
+  // all: more than 16 sources per column, and one operand without exact
+  // zeros. The input x holds zeros after a ReLU (and an RMSNorm of it, which
+  // keeps them); dy holds them before a ReLU and on padded tokens.
   double shared = 0.0, groups_per_column = 0.0;
+  bool input_zeros = false;
   for (std::size_t l = 0; l < s.model.layers.size(); ++l) {
     const ref::LayerSpec& layer = s.model.layers[l];
     const double samples = kernel_rows / static_cast<double>(s.model.positions);
@@ -294,7 +301,9 @@ double estimated_peak_bytes(const ScenarioSpec& s) {
       case ref::LayerKind::group_norm: groups_per_column = std::max(groups_per_column, samples); break;
       case ref::LayerKind::batch_norm: groups_per_column = std::max(groups_per_column, 1.0); break;
       case ref::LayerKind::linear: {
-        const bool folded = 2.0 * groups_per_column > 16.0 && (l == 0 || s.model.layers[l - 1].kind != ref::LayerKind::relu);
+        const bool dy_zeros = s.data == DataKind::padded_sequences ||
+                              (l + 1 < s.model.layers.size() && s.model.layers[l + 1].kind == ref::LayerKind::relu);
+        const bool folded = 2.0 * groups_per_column > 16.0 && !(input_zeros && dy_zeros);
         if (!folded)
           shared += 2.0 * 2.0 * 8.0 * 2.0 * groups_per_column * static_cast<double>(widths[l]) *
                     static_cast<double>(layer.features);
@@ -302,6 +311,7 @@ double estimated_peak_bytes(const ScenarioSpec& s) {
       }
       default: break;
     }
+    input_zeros = layer.kind == ref::LayerKind::relu || (layer.kind == ref::LayerKind::rms_norm && input_zeros);
   }
   // The process itself (its code and libraries, resident before any
   // scenario: 222 MiB measured with the CUDA libraries linked).
