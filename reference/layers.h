@@ -22,17 +22,23 @@ namespace gradeq::ref {
 
 // ---------------------------------------------------------------- Linear
 
-// A product as the kernel's GEMM computes it: by the dot-product rule, on
-// operands read at the GEMM's input precision. With TF32 (an external
-// run's declaration) each operand element is rounded once more on the way
-// in, bounded as a store (values unchanged); otherwise nothing is added.
-template <class T>
-Matrix<T> gemm(const Matrix<T>& a, const Matrix<T>& b) {
+// f(a, b) on the operands as the kernel's GEMM reads them: with TF32 (an
+// external run's declaration) each element rounded once more on the way
+// in, bounded as a store (values unchanged); otherwise as they are.
+template <class T, class F>
+decltype(auto) with_gemm_operands(const Matrix<T>& a, const Matrix<T>& b, F&& f) {
   if constexpr (std::is_same_v<T, Bounded>) {
     if (rounding_model().gemm_operand.unit_roundoff > 0.0)
-      return matmul(stored(a, Storage::gemm_operand), stored(b, Storage::gemm_operand));
+      return f(stored(a, Storage::gemm_operand), stored(b, Storage::gemm_operand));
   }
-  return matmul(a, b);
+  return f(a, b);
+}
+
+// A product as the kernel's GEMM computes it: by the dot-product rule, on
+// operands read at the GEMM's input precision.
+template <class T>
+Matrix<T> gemm(const Matrix<T>& a, const Matrix<T>& b) {
+  return with_gemm_operands(a, b, [](const Matrix<T>& x, const Matrix<T>& y) { return matmul(x, y); });
 }
 
 // y = x W^T + b: the product by the dot-product rule (reference/dot.h),
@@ -53,17 +59,10 @@ Matrix<T> linear_forward(const Matrix<T>& x, const Matrix<T>& w, const Matrix<T>
 template <class T>
 class RowSum {
  public:
-  // += a b over the rows: a [m, rows] (dy^T), b [rows, p], read at the
-  // GEMM's input precision (as gemm() reads them).
+  // += a b over the rows: a [m, rows] (dy^T), b [rows, p], read as gemm()
+  // reads them.
   void add_product(const Matrix<T>& a, const Matrix<T>& b) {
-    if constexpr (std::is_same_v<T, Bounded>) {
-      if (rounding_model().gemm_operand.unit_roundoff > 0.0) {
-        const Matrix<T> ar = stored(a, Storage::gemm_operand), br = stored(b, Storage::gemm_operand);
-        add_operands(ar, br);
-        return;
-      }
-    }
-    add_operands(a, b);
+    with_gemm_operands(a, b, [this](const Matrix<T>& x, const Matrix<T>& y) { add_operands(x, y); });
   }
   // += term(r, c) over rows r, for each column c.
   template <class F>
