@@ -251,7 +251,7 @@ double estimated_peak_bytes(const ScenarioSpec& s) {
   // gradient flowing back, the layer's input gradient and one temporary:
   // three bounded values per row and width of the widest layer. In both
   // runs (in turn, the larger). Fit to peak RSS with a margin of 15 %: the
-  // scenarios where activations are most of the peak measured 1.02-1.08x
+  // scenarios where activations are most of the peak measured 1.03-1.08x
   // without it (docs/NUMERICS.md §8).
   const double runs = s.reference_runs_in_turn ? 1.0 : 2.0;
   const double activations = 1.15 * (width_sum + 3.0 * width_max) *
