@@ -285,13 +285,13 @@ double estimated_peak_bytes(const ScenarioSpec& s) {
   // statistics group's two shared sources (mean, 1/sigma) through dW = dy^T x,
   // a [sources x output] coefficient sum and term count for each operand
   // (reference/matmul.cpp, pair_sums; kept for every slice of a pass in
-  // slices): 2 operands x 2 x 8 bytes x 2
-  // sources x groups per column x in x out. Not where the rule folds them
-  // all: more than 16 sources per column, and one operand without exact
-  // zeros. The input x holds zeros after a ReLU (and an RMSNorm of it, which
-  // keeps them); dy holds them before a ReLU and on padded tokens.
+  // slices): 2 operands x 2 x 8 bytes x 2 sources x groups per column x in x
+  // out. Not where the rule folds them all: more than 16 sources meet each
+  // output. Exact zeros in x (after a ReLU) and dy (padded tokens) leave
+  // fewer, but a token normalizer's rows still give each output far more
+  // (outputs_that_fold); only a nearly dead unit's outputs keep sums, for
+  // its row or column alone.
   double shared = 0.0, groups_per_column = 0.0;
-  bool input_zeros = false;
   for (std::size_t l = 0; l < s.model.layers.size(); ++l) {
     const ref::LayerSpec& layer = s.model.layers[l];
     const double samples = kernel_rows / static_cast<double>(s.model.positions);
@@ -300,18 +300,13 @@ double estimated_peak_bytes(const ScenarioSpec& s) {
       case ref::LayerKind::rms_norm: groups_per_column = std::max(groups_per_column, kernel_rows); break;
       case ref::LayerKind::group_norm: groups_per_column = std::max(groups_per_column, samples); break;
       case ref::LayerKind::batch_norm: groups_per_column = std::max(groups_per_column, 1.0); break;
-      case ref::LayerKind::linear: {
-        const bool dy_zeros = s.data == DataKind::padded_sequences ||
-                              (l + 1 < s.model.layers.size() && s.model.layers[l + 1].kind == ref::LayerKind::relu);
-        const bool folded = 2.0 * groups_per_column > 16.0 && !(input_zeros && dy_zeros);
-        if (!folded)
+      case ref::LayerKind::linear:
+        if (2.0 * groups_per_column <= 16.0)
           shared += 2.0 * 2.0 * 8.0 * 2.0 * groups_per_column * static_cast<double>(widths[l]) *
                     static_cast<double>(layer.features);
         break;
-      }
       default: break;
     }
-    input_zeros = layer.kind == ref::LayerKind::relu || (layer.kind == ref::LayerKind::rms_norm && input_zeros);
   }
   // The process itself (its code and libraries, resident before any
   // scenario: 222 MiB measured with the CUDA libraries linked).

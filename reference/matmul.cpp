@@ -333,9 +333,13 @@ namespace {
 
 // What one slice of the reduction leaves for the per-element decisions on
 // shared sources: each operand's sources and its pairs' sums.
+// Kept for the outputs that may still follow their sources: the rows of A
+// and columns of B that have one (renumbered), with their pairs' sums over
+// the other operand's kept vectors.
 struct SliceSources {
-  Sources a, b;
-  Dense merged_a, terms_a, merged_b, terms_b;  // [pairs_a, p], [pairs_b, m]
+  Sources a, b;                                // the kept rows' and columns' pairs
+  Dense merged_a, terms_a, merged_b, terms_b;  // [pairs_a, kept columns], [pairs_b, kept rows]
+  std::vector<long> row_at, column_at;         // per row of A / column of B: its kept index, or -1
 };
 
 void merge_facts(std::vector<VectorFacts>& into, const std::vector<VectorFacts>& from) {
@@ -352,14 +356,76 @@ void merge_facts(std::vector<VectorFacts>& into, const std::vector<VectorFacts>&
 
 }  // namespace
 
+// Each pair's live entries (nonzero coefficient), weighted 1 / their
+// number, laid out as the operand: summed against the other operand's
+// nonzero pattern, a pair met by an output adds at most 1 and at least its
+// share of entries met, one that is not met adds 0.
+Dense pair_shares(const Sources& s, long rows, long cols, bool by_rows) {
+  Dense w = Dense::Zero(rows, cols);
+  for (long v = 0; v + 1 < static_cast<long>(s.first_pair.size()); ++v) {
+    const auto [q0, q1] = s.pairs_of(v);
+    for (long q = q0; q < q1; ++q) {
+      long live = 0;
+      for (long e = s.first[q]; e < s.first[q + 1]; ++e) live += s.entry_c[e] != 0.0;
+      for (long e = s.first[q]; e < s.first[q + 1]; ++e)
+        if (s.entry_c[e] != 0.0) (by_rows ? w(v, s.entry_k[e]) : w(s.entry_k[e], v)) += 1.0 / static_cast<double>(live);
+    }
+  }
+  return w;
+}
+
+// The pairs of some vectors of an operand (by their index), renumbered
+// 0, 1, ... in that order.
+Sources select_vectors(const Sources& s, const std::vector<long>& vectors) {
+  Sources out;
+  out.first_pair.reserve(vectors.size() + 1);
+  for (long v : vectors) {
+    out.first_pair.push_back(static_cast<long>(out.term.size()));
+    const auto [q0, q1] = s.pairs_of(v);
+    for (long q = q0; q < q1; ++q) {
+      out.term.push_back(s.term[q]);
+      out.common.push_back(s.common[q]);
+      out.first.push_back(static_cast<long>(out.entry_k.size()));
+      out.entry_k.insert(out.entry_k.end(), s.entry_k.begin() + s.first[q], s.entry_k.begin() + s.first[q + 1]);
+      out.entry_c.insert(out.entry_c.end(), s.entry_c.begin() + s.first[q], s.entry_c.begin() + s.first[q + 1]);
+    }
+  }
+  out.first.push_back(static_cast<long>(out.entry_k.size()));
+  out.first_pair.push_back(static_cast<long>(out.term.size()));
+  return out;
+}
+
+// 1 where an output (i, j) of this slice of a x b meets more distinct
+// shared sources than the rule follows (kDotSources), which it then folds
+// all, else 0; decided without the per-pair sums. A pair counts among the
+// output's sources where one of its live entries meets a nonzero element of
+// the other operand (pair_sums' term count). The shares above, summed over
+// the reduction, give a lower bound on how many pairs of row i (or of
+// column j) the output meets; the singletons (`singles`, this slice's count
+// per output) are distinct sources besides. Where the other operand has no
+// zero, the bound is the exact number of live pairs (a weight gradient
+// after a normalizer); where both hold zeros (after a ReLU, on padded
+// tokens) it still counts the pairs each output meets. The threshold is
+// half a source past the limit: the bound is summed in float64.
+Dense outputs_that_fold(const Sources& sa, const Sources& sb, const Dense& nonzero_a, const Dense& nonzero_b,
+                        const Dense& singles) {
+  const Dense met_a = product(pair_shares(sa, nonzero_a.rows(), nonzero_a.cols(), true), nonzero_b);
+  const Dense met_b = product(nonzero_a, pair_shares(sb, nonzero_b.rows(), nonzero_b.cols(), false));
+  const double limit = static_cast<double>(detail::kDotSources) + 0.5;
+  return (singles.array() + met_a.array().max(met_b.array()) > limit).cast<double>();
+}
+
 struct ProductSums::State {
   long m = 0, n = 0, p = 0;
   // The rule's sums over the slices so far, one float64 GEMM per slice each.
   Dense value, abs_product, systematic, random, scale_a, scale_b, reference, magnitude;
   Dense single_folded, multi_folded, single_count;
   std::vector<VectorFacts> fa, fb;
-  // Every output has met more sources than the rule follows: all are folded,
-  // and no slice's pairs are kept.
+  // 1 where an output has met more sources than the rule follows in some
+  // slice (sources only add up over slices): it folds all of them, and no
+  // later slice keeps its pairs' sums. Where every output does, no slice's
+  // pairs are kept.
+  Dense folds;
   bool fold_all = false;
   std::vector<SliceSources> slices;
   // Under ScopedMatmulByRule, or where an operand has an unbounded part, the
@@ -440,41 +506,47 @@ void ProductSums::State::add(const Matrix<Bounded>& a, const Matrix<Bounded>& b)
   add_sums(multi_folded, std::move(multi));
   Dense count = product(sa.single_count, pb.nonzero);
   add_product(count, pa.nonzero, sb.single_count);
+  // Where an output sees more than kDotSources distinct sources, the rule
+  // folds them all (single_folded + multi_folded), and the per-pair sums
+  // below are not needed for it: a weight gradient after a normalizer (two
+  // sources per row of the reduction) would otherwise hold [pairs x
+  // outputs] sums, rows x in x out. They are kept for the rows and columns
+  // of the outputs that may still follow sources (all of them in a short
+  // reduction; a nearly dead unit's in a long one).
+  if (!sa.term.empty() || !sb.term.empty()) {
+    const Dense slice_folds = outputs_that_fold(sa, sb, pa.nonzero, pb.nonzero, count);
+    folds = folds.size() == 0 ? slice_folds : Dense(folds.cwiseMax(slice_folds));
+  } else if (folds.size() == 0) {
+    folds = Dense::Zero(m, p);
+  }
   add_sums(single_count, std::move(count));
-  // Where every output sees more than kDotSources distinct sources, the
-  // rule folds them all (single_folded + multi_folded), and the per-pair
-  // sums below are not needed. Decided from the pairs alone where the other
-  // operand has no zero: each pair of a vector with a nonzero coefficient
-  // then has an entry in every dot product of that vector, so the vector's
-  // dot products see at least that many distinct sources. A weight
-  // gradient after a normalizer (two sources per row of the reduction) is
-  // the case: [pairs x outputs] sums would otherwise cost rows x in x out.
-  // Sources only add up over slices: once one slice folds all, so does the
-  // whole product.
-  const auto live_pairs_exceed = [](const Sources& s, long vectors) {
-    for (long v = 0; v < vectors; ++v) {
-      long live = 0;
-      const auto [q0, q1] = s.pairs_of(v);
-      for (long q = q0; q < q1; ++q)
-        for (long e = s.first[q]; e < s.first[q + 1]; ++e)
-          if (s.entry_c[e] != 0.0) {
-            ++live;
-            break;
-          }
-      if (live <= static_cast<long>(detail::kDotSources)) return false;
-    }
-    return true;
-  };
-  fold_all = fold_all || ((pb.nonzero.array() != 0.0).all() && live_pairs_exceed(sa, m)) ||
-             ((pa.nonzero.array() != 0.0).all() && live_pairs_exceed(sb, p));
+  fold_all = (folds.array() != 0.0).all();
   if (fold_all) {
     slices.clear();
   } else {
-    const Dense value_a_t = pa.value.transpose(), nonzero_a_t = pa.nonzero.transpose();
-    auto [merged_a, terms_a] = pair_sums(sa, pb.value, pb.nonzero);    // [pairs_a, p]
-    auto [merged_b, terms_b] = pair_sums(sb, value_a_t, nonzero_a_t);  // [pairs_b, m]
-    slices.push_back({std::move(sa), std::move(sb), std::move(merged_a), std::move(terms_a), std::move(merged_b),
-                      std::move(terms_b)});
+    const auto open = (folds.array() == 0.0);
+    SliceSources sl;
+    std::vector<long> rows, columns;
+    sl.row_at.assign(static_cast<std::size_t>(m), -1);
+    sl.column_at.assign(static_cast<std::size_t>(p), -1);
+    for (long i = 0; i < m; ++i)
+      if (open.row(i).any()) {
+        sl.row_at[static_cast<std::size_t>(i)] = static_cast<long>(rows.size());
+        rows.push_back(i);
+      }
+    for (long j = 0; j < p; ++j)
+      if (open.col(j).any()) {
+        sl.column_at[static_cast<std::size_t>(j)] = static_cast<long>(columns.size());
+        columns.push_back(j);
+      }
+    sl.a = select_vectors(sa, rows);
+    sl.b = select_vectors(sb, columns);
+    const Dense value_a_t = pa.value(rows, Eigen::all).transpose(),
+                nonzero_a_t = pa.nonzero(rows, Eigen::all).transpose();
+    std::tie(sl.merged_a, sl.terms_a) = pair_sums(sl.a, pb.value(Eigen::all, columns),
+                                                  pb.nonzero(Eigen::all, columns));  // [pairs_a, columns]
+    std::tie(sl.merged_b, sl.terms_b) = pair_sums(sl.b, value_a_t, nonzero_a_t);               // [pairs_b, rows]
+    slices.push_back(std::move(sl));
   }
   // M = sum (|a| + H_a)(|b| + H_b), with H = systematic + random + shared
   // magnitude.
@@ -510,8 +582,9 @@ Matrix<Bounded> ProductSums::State::decide() const {
     // Each source's merged coefficient and entries in the dot product
     // (i, j) over one slice; a source both operands carry has a pair on
     // each side.
-    const auto slice_candidates = [&](const SliceSources& sl, long i, long j) {
+    const auto slice_candidates = [&](const SliceSources& sl, long row, long column) {
       const Sources &sa = sl.a, &sb = sl.b;
+      const long i = sl.row_at[static_cast<std::size_t>(row)], j = sl.column_at[static_cast<std::size_t>(column)];
       const std::pair<long, long> pairs_a = sa.pairs_of(i), pairs_b = sb.pairs_of(j);
       const auto other_side = [&](const Sources& other, std::pair<long, long> pairs, std::uint64_t source) {
         for (long q = pairs.first; q < pairs.second; ++q)
@@ -544,7 +617,7 @@ Matrix<Bounded> ProductSums::State::decide() const {
         s.magnitude = magnitude(i, j);
         s.abs_product = abs_product(i, j);
         s.reference = reference(i, j);
-        if (fold_all) {
+        if (fold_all || folds(i, j) != 0.0) {
           s.shared_systematic = single_folded(i, j) + multi_folded(i, j);
         } else {
           candidates.clear();
@@ -605,6 +678,10 @@ ProductSums::~ProductSums() = default;
 void ProductSums::add(const Matrix<Bounded>& a, const Matrix<Bounded>& b) { state_->add(a, b); }
 Matrix<Bounded> ProductSums::decide() const { return state_->decide(); }
 long ProductSums::reduction() const { return state_->n; }
+long ProductSums::outputs_following_sources() const {
+  if (!state_->kept_a.empty()) return state_->m * state_->p;
+  return static_cast<long>((state_->folds.array() == 0.0).count());
+}
 
 Matrix<Bounded> matmul(const Matrix<Bounded>& a, const Matrix<Bounded>& b) {
   if (by_rule) return matmul_by_rule(a, b);

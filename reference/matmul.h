@@ -42,6 +42,10 @@ class ProductSums {
   void add(const Matrix<Bounded>& a, const Matrix<Bounded>& b);
   Matrix<Bounded> decide() const;
   long reduction() const;  // n: the slices' k so far
+  // How many outputs may still follow their shared sources one by one: the
+  // product keeps per-source sums for their rows and columns. Not those
+  // that meet more sources than the rule follows: it folds them without.
+  long outputs_following_sources() const;
 
  private:
   struct State;

@@ -95,7 +95,7 @@ void expect_same(const Bounded& fast, const Bounded& rule, const std::string& wh
 
 TEST(Matmul, MatrixFormIsTheScalarRule) {
   Shapes g(7);
-  long compared = 0, with_shared = 0, exact = 0, trials_with_common = 0;
+  long compared = 0, with_shared = 0, exact = 0, trials_with_common = 0, partly_folded = 0;
   for (int trial = 0; trial < 90; ++trial) {
     const long m = 1 + static_cast<long>(g.rng() % 9), n = 1 + static_cast<long>(g.rng() % 40),
                p = 1 + static_cast<long>(g.rng() % 9);
@@ -103,7 +103,10 @@ TEST(Matmul, MatrixFormIsTheScalarRule) {
     // and the activation it meets both depend on one normalizer's statistics).
     const std::uint64_t base_b = trial % 3 == 0 ? 1u << 24 : 2u << 24;
     const Matrix<Bounded> a = g.operand(m, n, 1u << 24), b = g.operand(n, p, base_b);
-    const Matrix<Bounded> fast = matmul(a, b), rule = matmul_by_rule(a, b);
+    const ProductSums sums(a, b);
+    const Matrix<Bounded> fast = sums.decide(), rule = matmul_by_rule(a, b);
+    const long following = sums.outputs_following_sources();
+    partly_folded += following > 0 && following < m * p;
     trials_with_common += base_b == (1u << 24) && g.carries_sources(a) && g.carries_sources(b);
     for (long i = 0; i < m; ++i)
       for (long j = 0; j < p; ++j) {
@@ -119,6 +122,7 @@ TEST(Matmul, MatrixFormIsTheScalarRule) {
   EXPECT_GT(trials_with_common, 5);
   EXPECT_GT(with_shared, 100);
   EXPECT_GT(exact, 10);
+  EXPECT_GT(partly_folded, 5);  // some outputs folded every source, others of the same product followed them
 }
 
 TEST(Matmul, OperandsSharingASourceFollowTheRule) {
@@ -165,6 +169,52 @@ TEST(Matmul, ProductsOverManyRowsStatisticsFoldThemAll) {
       expect_same(fast.data()[i], rule.data()[i], "rows " + std::to_string(rows) + ", element " + std::to_string(i));
       EXPECT_EQ(rule.data()[i].shared.count, 0) << "more than 16 sources: all folded";
     }
+  }
+}
+
+// The same weight gradient where both operands hold exact zeros: x after a
+// ReLU (an RMSNorm of it keeps them), dy on padded tokens. An output then
+// meets a row's statistics only where both elements are nonzero, which
+// the matrix form counts per output (reference/matmul.cpp,
+// outputs_that_fold) to fold them all without the per-source sums. Where
+// a unit is all but dead (nonzero in a few rows: a column of x, or a row
+// of dy^T before a ReLU) its outputs meet few sources, the rule follows
+// them, and the sums are kept for those outputs alone.
+TEST(Matmul, ProductsOverManyRowsStatisticsFoldThemAllWhereBothOperandsHoldZeros) {
+  Shapes g(29);
+  for (const bool nearly_dead_unit : {false, true}) {
+    const long rows = 64, out = 5, in = 7;
+    Matrix<Bounded> dy_t(out, rows), x(rows, in);
+    // Each row's statistics in both operands; in x also a sample's (16 rows).
+    const auto with_source = [&](double v, long r, bool sample) {
+      if (v == 0.0) return Bounded(0.0);
+      SharedTerms s;
+      s.term[s.count++] = {static_cast<std::uint64_t>(7000 + r), g.normal(), 1e-7};
+      if (sample) s.term[s.count++] = {static_cast<std::uint64_t>(9000 + r / 16), g.normal(), 2e-7};
+      const double mag = std::abs(v) + 0.1;
+      return Bounded::with_shared(v, {mag * 1e-7, mag * 2e-7, mag * 5e-8}, s, mag * 1e-16);
+    };
+    for (long r = 0; r < rows; ++r) {
+      const bool padded = r % 4 == 3;
+      for (long o = 0; o < out; ++o) {
+        const bool zero = padded || (nearly_dead_unit && o == 0 && r > 2);
+        dy_t(o, r) = with_source(zero ? 0.0 : static_cast<float>(g.normal()), r, false);
+      }
+      for (long i = 0; i < in; ++i) {
+        const bool relu_zero = r <= 2 ? false : (nearly_dead_unit && i == 0) || g.chance(0.5);
+        x(r, i) = with_source(relu_zero ? 0.0 : static_cast<float>(g.normal()), r, true);
+      }
+    }
+    const ProductSums sums(dy_t, x);
+    // The nearly dead units' outputs: row 0 of dy^T and column 0 of x.
+    EXPECT_EQ(sums.outputs_following_sources(), nearly_dead_unit ? out + in - 1 : 0);
+    const Matrix<Bounded> fast = sums.decide(), rule = matmul_by_rule(dy_t, x);
+    for (long i = 0; i < fast.size(); ++i) expect_same(fast.data()[i], rule.data()[i], "element " + std::to_string(i));
+    // The rule itself folds every source (more than 16 an output), but the
+    // nearly dead units': rows 0-2 and their sample's statistics, kept.
+    for (long o = 0; o < out; ++o)
+      for (long i = 0; i < in; ++i)
+        EXPECT_EQ(rule(o, i).shared.count > 0, nearly_dead_unit && (o == 0 || i == 0)) << "(" << o << ", " << i << ")";
   }
 }
 
