@@ -356,22 +356,46 @@ void merge_facts(std::vector<VectorFacts>& into, const std::vector<VectorFacts>&
 
 }  // namespace
 
-// Each pair's live entries (nonzero coefficient), weighted 1 / their
-// number, laid out as the operand: summed against the other operand's
-// nonzero pattern, a pair met by an output adds at most 1 and at least its
-// share of entries met, one that is not met adds 0.
-Dense pair_shares(const Sources& s, long rows, long cols, bool by_rows) {
-  Dense w = Dense::Zero(rows, cols);
-  for (long v = 0; v + 1 < static_cast<long>(s.first_pair.size()); ++v) {
+long live_entries(const Sources& s, long q) {
+  long live = 0;
+  for (long e = s.first[q]; e < s.first[q + 1]; ++e) live += s.entry_c[e] != 0.0;
+  return live;
+}
+
+// Per vector of an operand, its pairs with a live entry (a nonzero
+// coefficient): the most an output of that vector can meet.
+Eigen::VectorXd live_pairs(const Sources& s, long vectors) {
+  Eigen::VectorXd live = Eigen::VectorXd::Zero(vectors);
+  if (s.term.empty()) return live;
+  for (long v = 0; v < vectors; ++v) {
+    const auto [q0, q1] = s.pairs_of(v);
+    for (long q = q0; q < q1; ++q) live(v) += live_entries(s, q) > 0 ? 1.0 : 0.0;
+  }
+  return live;
+}
+
+// For each output of a [m, n] x [n, p] product, a lower bound on how many
+// pairs of one operand's vector (row i of A, or column j of B) it meets: a
+// pair counts where one of its live entries meets a nonzero element of the
+// other operand (pair_sums' term count). Where the other operand has no
+// zero, that is the vector's number of live pairs. Otherwise each live
+// entry is weighted 1 / its pair's live entries and summed against the
+// other operand's nonzero pattern: a pair met adds at most 1 and more than
+// 0, one not met adds 0.
+Dense pairs_met(const Sources& s, bool by_rows, long m, long n, long p, const Dense& other_nonzero,
+                const Eigen::VectorXd& live) {
+  if (s.term.empty()) return Dense::Zero(m, p);
+  if ((other_nonzero.array() != 0.0).all()) return by_rows ? Dense(live.replicate(1, p)) : Dense(live.transpose().replicate(m, 1));
+  Dense shares = by_rows ? Dense::Zero(m, n) : Dense::Zero(n, p);
+  for (long v = 0; v < (by_rows ? m : p); ++v) {
     const auto [q0, q1] = s.pairs_of(v);
     for (long q = q0; q < q1; ++q) {
-      long live = 0;
-      for (long e = s.first[q]; e < s.first[q + 1]; ++e) live += s.entry_c[e] != 0.0;
+      const double share = 1.0 / static_cast<double>(live_entries(s, q));
       for (long e = s.first[q]; e < s.first[q + 1]; ++e)
-        if (s.entry_c[e] != 0.0) (by_rows ? w(v, s.entry_k[e]) : w(s.entry_k[e], v)) += 1.0 / static_cast<double>(live);
+        if (s.entry_c[e] != 0.0) (by_rows ? shares(v, s.entry_k[e]) : shares(s.entry_k[e], v)) += share;
     }
   }
-  return w;
+  return by_rows ? product(shares, other_nonzero) : product(other_nonzero, shares);
 }
 
 // The pairs of some vectors of an operand (by their index), renumbered
@@ -397,21 +421,24 @@ Sources select_vectors(const Sources& s, const std::vector<long>& vectors) {
 
 // 1 where an output (i, j) of this slice of a x b meets more distinct
 // shared sources than the rule follows (kDotSources), which it then folds
-// all, else 0; decided without the per-pair sums. A pair counts among the
-// output's sources where one of its live entries meets a nonzero element of
-// the other operand (pair_sums' term count). The shares above, summed over
-// the reduction, give a lower bound on how many pairs of row i (or of
-// column j) the output meets; the singletons (`singles`, this slice's count
-// per output) are distinct sources besides. Where the other operand has no
-// zero, the bound is the exact number of live pairs (a weight gradient
-// after a normalizer); where both hold zeros (after a ReLU, on padded
-// tokens) it still counts the pairs each output meets. The threshold is
-// half a source past the limit: the bound is summed in float64.
+// all, else 0; decided without the per-pair sums. The pairs met on either
+// side (above) are distinct sources, and the singletons (`singles`, this
+// slice's count per output) others besides. Where the other operand has no
+// zero the count is exact (a weight gradient after a normalizer); where
+// both hold zeros (after a ReLU, on padded tokens) the lower bound still
+// decides it. The threshold is half a source past the limit: the bound is
+// summed in float64.
 Dense outputs_that_fold(const Sources& sa, const Sources& sb, const Dense& nonzero_a, const Dense& nonzero_b,
                         const Dense& singles) {
-  const Dense met_a = product(pair_shares(sa, nonzero_a.rows(), nonzero_a.cols(), true), nonzero_b);
-  const Dense met_b = product(nonzero_a, pair_shares(sb, nonzero_b.rows(), nonzero_b.cols(), false));
+  const long m = nonzero_a.rows(), n = nonzero_a.cols(), p = nonzero_b.cols();
   const double limit = static_cast<double>(detail::kDotSources) + 0.5;
+  // No output can meet more than its row's and its column's live pairs: in
+  // a short reduction none folds, and nothing more is counted.
+  const Eigen::VectorXd live_a = live_pairs(sa, m), live_b = live_pairs(sb, p);
+  const auto most = singles.array() + live_a.replicate(1, p).array() + live_b.transpose().replicate(m, 1).array();
+  if ((most <= limit).all()) return Dense::Zero(m, p);
+  const Dense met_a = pairs_met(sa, true, m, n, p, nonzero_b, live_a),
+              met_b = pairs_met(sb, false, m, n, p, nonzero_a, live_b);
   return (singles.array() + met_a.array().max(met_b.array()) > limit).cast<double>();
 }
 
@@ -539,14 +566,20 @@ void ProductSums::State::add(const Matrix<Bounded>& a, const Matrix<Bounded>& b)
         sl.column_at[static_cast<std::size_t>(j)] = static_cast<long>(columns.size());
         columns.push_back(j);
       }
-    sl.a = select_vectors(sa, rows);
-    sl.b = select_vectors(sb, columns);
-    const Dense value_a_t = pa.value(rows, Eigen::all).transpose(),
-                nonzero_a_t = pa.nonzero(rows, Eigen::all).transpose();
-    std::tie(sl.merged_a, sl.terms_a) = pair_sums(sl.a, pb.value(Eigen::all, columns),
-                                                  pb.nonzero(Eigen::all, columns));  // [pairs_a, columns]
-    std::tie(sl.merged_b, sl.terms_b) = pair_sums(sl.b, value_a_t, nonzero_a_t);               // [pairs_b, rows]
-    slices.push_back(std::move(sl));
+    if (static_cast<long>(rows.size()) == m && static_cast<long>(columns.size()) == p) {  // every output
+      sl.a = std::move(sa);
+      sl.b = std::move(sb);
+      std::tie(sl.merged_a, sl.terms_a) = pair_sums(sl.a, pb.value, pb.nonzero);
+      std::tie(sl.merged_b, sl.terms_b) = pair_sums(sl.b, pa.value.transpose(), pa.nonzero.transpose());
+    } else {
+      sl.a = select_vectors(sa, rows);
+      sl.b = select_vectors(sb, columns);
+      std::tie(sl.merged_a, sl.terms_a) =
+          pair_sums(sl.a, pb.value(Eigen::all, columns), pb.nonzero(Eigen::all, columns));
+      std::tie(sl.merged_b, sl.terms_b) =
+          pair_sums(sl.b, pa.value(rows, Eigen::all).transpose(), pa.nonzero(rows, Eigen::all).transpose());
+    }
+    slices.push_back(std::move(sl));  // [pairs_a, kept columns], [pairs_b, kept rows]
   }
   // M = sum (|a| + H_a)(|b| + H_b), with H = systematic + random + shared
   // magnitude.
