@@ -3,6 +3,7 @@
 // by element; and the rule's bound holds for float32 products.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -368,6 +369,56 @@ TEST(Matmul, BoundHoldsForFloat32Products) {
     for (long k = 0; k < n; ++k) fused = std::fma(x[k], y[k], fused);
     for (float f : {forward, backward, fused}) EXPECT_LE(std::abs(static_cast<double>(f) - d.value), d.kernel_bound);
   }
+}
+
+// The probabilistic bound of a long reduction is not vacuous. A correct
+// float32 kernel may sum in any order: one that adds every positive
+// product first, the largest first, then the negative ones, the smallest
+// first, keeps its partial sums as large as they get, and its roundings
+// (each within u of a partial sum, their signs as they fall) use a
+// sizeable part of the bound, λ √(n + 1) u Σ|a_k b_k|. The order of the
+// operands, whose partial sums stay near √k, uses about √n times less:
+// that is the slack on long reductions at scale (docs/NUMERICS.md §8), and
+// the bound must allow the other order. The sorted order's partial sums
+// rise to about Σ|a_k b_k| / 2 and fall back, so its error's standard
+// deviation is about Σ|a_k b_k| u √n / 6 (roundings uniform within u/2 of
+// each sum): 1 / (6λ) = 0.028 of the bound, and the worst of 64 about 2.5
+// times that. A bound 20 times a correct kernel's error (0.05) fails.
+TEST(Matmul, LongReductionsApproachTheProbabilisticBoundInSomeOrder) {
+  RoundingModel model;
+  model.reduction = ReductionBound::probabilistic;
+  const ScopedRoundingModel scope(model);
+  std::mt19937_64 rng(31);
+  std::normal_distribution<float> normal;
+  const long n = 4097;
+  double worst_sorted = 0.0, worst_natural = 0.0;
+  for (int trial = 0; trial < 64; ++trial) {
+    Matrix<Bounded> a(1, n), b(n, 1);
+    std::vector<float> x(static_cast<std::size_t>(n)), y(static_cast<std::size_t>(n));
+    std::vector<long> order(static_cast<std::size_t>(n));
+    for (long k = 0; k < n; ++k) {
+      x[k] = normal(rng);
+      y[k] = normal(rng);
+      a(0, k) = Bounded(x[k]);
+      b(k, 0) = Bounded(y[k]);
+      order[k] = k;
+    }
+    const auto product = [&](long k) { return x[k] * y[k]; };
+    // Descending: the positive products, largest first, then the negative
+    // ones, smallest in magnitude first.
+    std::sort(order.begin(), order.end(), [&](long i, long j) { return product(i) > product(j); });
+    const Bounded d = matmul(a, b)(0, 0);
+    float natural = 0.0f, sorted = 0.0f;
+    for (long k = 0; k < n; ++k) natural += product(k);
+    for (long k : order) sorted += product(k);
+    const double bound = d.kernel_bound;
+    worst_natural = std::max(worst_natural, std::abs(static_cast<double>(natural) - d.value) / bound);
+    worst_sorted = std::max(worst_sorted, std::abs(static_cast<double>(sorted) - d.value) / bound);
+  }
+  std::printf("  n = %ld, 64 dot products: worst err/bound %.3g in the operands' order, %.3g sorted by sign\n", n,
+              worst_natural, worst_sorted);
+  EXPECT_LE(worst_sorted, 1.0);
+  EXPECT_GE(worst_sorted, 0.05);
 }
 
 TEST(Matmul, DyadicProductsAreExact) {
