@@ -332,10 +332,9 @@ Matrix<Bounded> matmul_by_rule(const Matrix<Bounded>& a, const Matrix<Bounded>& 
 namespace {
 
 // What one slice of the reduction leaves for the per-element decisions on
-// shared sources: each operand's sources and its pairs' sums.
-// Kept for the outputs that may still follow their sources: the rows of A
-// and columns of B that have one (renumbered), with their pairs' sums over
-// the other operand's kept vectors.
+// shared sources, for the outputs that may still follow theirs: the rows of
+// A and columns of B that have one (renumbered), their pairs, and the
+// pairs' sums over the other operand's kept vectors.
 struct SliceSources {
   Sources a, b;                                // the kept rows' and columns' pairs
   Dense merged_a, terms_a, merged_b, terms_b;  // [pairs_a, kept columns], [pairs_b, kept rows]
@@ -353,8 +352,6 @@ void merge_facts(std::vector<VectorFacts>& into, const std::vector<VectorFacts>&
     f.finite = f.finite && g.finite;
   }
 }
-
-}  // namespace
 
 long live_entries(const Sources& s, long q) {
   long live = 0;
@@ -385,7 +382,8 @@ Eigen::VectorXd live_pairs(const Sources& s, long vectors) {
 Dense pairs_met(const Sources& s, bool by_rows, long m, long n, long p, const Dense& other_nonzero,
                 const Eigen::VectorXd& live) {
   if (s.term.empty()) return Dense::Zero(m, p);
-  if ((other_nonzero.array() != 0.0).all()) return by_rows ? Dense(live.replicate(1, p)) : Dense(live.transpose().replicate(m, 1));
+  if ((other_nonzero.array() != 0.0).all())
+    return by_rows ? Dense(live.replicate(1, p)) : Dense(live.transpose().replicate(m, 1));
   Dense shares = by_rows ? Dense::Zero(m, n) : Dense::Zero(n, p);
   for (long v = 0; v < (by_rows ? m : p); ++v) {
     const auto [q0, q1] = s.pairs_of(v);
@@ -441,6 +439,8 @@ Dense outputs_that_fold(const Sources& sa, const Sources& sb, const Dense& nonze
               met_b = pairs_met(sb, false, m, n, p, nonzero_a, live_b);
   return (singles.array() + met_a.array().max(met_b.array()) > limit).cast<double>();
 }
+
+}  // namespace
 
 struct ProductSums::State {
   long m = 0, n = 0, p = 0;
