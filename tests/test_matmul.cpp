@@ -381,8 +381,8 @@ TEST(Matmul, BoundHoldsForFloat32Products) {
 // that is the slack on long reductions at scale (docs/NUMERICS.md §8), and
 // the bound must allow the other order. The sorted order's partial sums
 // rise to about Σ|a_k b_k| / 2 and fall back, so its error's standard
-// deviation is about Σ|a_k b_k| u √n / 6 (roundings uniform within u/2 of
-// each sum): 1 / (6λ) = 0.028 of the bound, and the worst of 64 about 2.5
+// deviation is about Σ|a_k b_k| u √n / 6 (each rounding uniform within
+// u |s_k|): 1 / (6λ) = 0.028 of the bound, and the worst of 64 about 2.5
 // times that. A bound 20 times a correct kernel's error (0.05) fails.
 TEST(Matmul, LongReductionsApproachTheProbabilisticBoundInSomeOrder) {
   RoundingModel model;
