@@ -453,7 +453,6 @@ struct ProductSums::State {
   // later slice keeps its pairs' sums. Where every output does, no slice's
   // pairs are kept.
   Dense folds;
-  bool fold_all = false;
   std::vector<SliceSources> slices;
   // Under ScopedMatmulByRule, or where an operand has an unbounded part, the
   // scalar rule decides over the whole reduction: the slices themselves are
@@ -547,8 +546,7 @@ void ProductSums::State::add(const Matrix<Bounded>& a, const Matrix<Bounded>& b)
     folds = Dense::Zero(m, p);
   }
   add_sums(single_count, std::move(count));
-  fold_all = (folds.array() != 0.0).all();
-  if (fold_all) {
+  if ((folds.array() != 0.0).all()) {
     slices.clear();
   } else {
     const auto open = (folds.array() == 0.0);
@@ -650,7 +648,7 @@ Matrix<Bounded> ProductSums::State::decide() const {
         s.magnitude = magnitude(i, j);
         s.abs_product = abs_product(i, j);
         s.reference = reference(i, j);
-        if (fold_all || folds(i, j) != 0.0) {
+        if (folds(i, j) != 0.0) {
           s.shared_systematic = single_folded(i, j) + multi_folded(i, j);
         } else {
           candidates.clear();
