@@ -33,8 +33,12 @@ std::string TensorCheck::failure_reason() const {
       os << "; the other " << judged << " are within their bounds (worst err/bound " << worst_ratio << ")";
   } else if (worst_ratio > 1.0) {
     os << "element [" << worst_index / std::max(cols, 1L) << ", " << worst_index % std::max(cols, 1L) << "]: kernel "
-       << worst_actual << ", reference " << worst_expected << ": error " << worst_error << " exceeds its bound "
-       << worst_bound << " (" << worst_ratio << "x)";
+       << worst_actual << ", reference " << worst_expected;
+    if (worst_bound == 0.0) {
+      os << ": it must be exactly " << worst_expected << " (its bound is 0)";
+    } else {
+      os << ": error " << worst_error << " exceeds its bound " << worst_bound << " (" << worst_ratio << "x)";
+    }
   }
   return os.str();
 }
@@ -87,6 +91,7 @@ TensorCheck compare_tensor(const std::string& name, long rows, long cols, DType 
     }
   }
   c.expected_norm = std::sqrt(e_sq);
+  c.actual_norm = std::sqrt(a_sq);
   c.metrics.normwise_rel = e_sq > 0.0 ? std::sqrt(diff_sq / e_sq) : (diff_sq > 0.0 ? HUGE_VAL : 0.0);
   c.metrics.cosine = (a_sq > 0.0 && e_sq > 0.0) ? dot / std::sqrt(a_sq * e_sq) : (a_sq == e_sq ? 1.0 : 0.0);
   return c;

@@ -35,7 +35,7 @@ struct TensorCheck {
   double worst_ratio = 0.0;  // |a - e| / bound there; <= 1 passes
   long worst_index = -1;
   double worst_error = 0.0, worst_bound = 0.0, worst_expected = 0.0, worst_actual = 0.0;
-  double expected_norm = 0.0;
+  double expected_norm = 0.0, actual_norm = 0.0;  // 2-norms over the finite, bounded elements
   long non_finite_actual = 0;  // NaN / Inf in the values under test
   long unbounded = 0;          // elements where the error model gives no finite bound
   std::vector<long> unbounded_rows;  // the distinct rows they are in (the first kRowsNamed)

@@ -94,7 +94,8 @@ ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::
       "normalization", "compute_dtype", "accumulate_dtype", "optimizer", "momentum", "dampening", "nesterov",
       "weight_decay", "betas", "eps", "clip_max_norm", "warmup_steps", "total_steps", "loss_scale",
       "dynamic_loss_scale", "growth_interval", "compensated", "norm_eps", "batchnorm_momentum", "tf32",
-      "reduced_precision_reduction", "checkpoint_every"};
+      "reduced_precision_reduction", "checkpoint_every", "growth_factor", "backoff_factor", "batchnorm_mode",
+      "frozen"};
   for (const auto& [key, value] : t)
     if (!known.count(std::string(key.str()))) fail(where, "unknown key '" + std::string(key.str()) + "'");
   for (const char* required : {"name", "input_features", "layers", "split"})
@@ -182,6 +183,29 @@ ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::
   flag("dynamic_loss_scale", s.procedure.loss_scaling.dynamic);
   if (const toml::node* n = t.get("growth_interval"))
     s.procedure.loss_scaling.growth_interval = positive_integer(*n, where, "growth_interval");
+  number("growth_factor", s.procedure.loss_scaling.growth_factor);
+  number("backoff_factor", s.procedure.loss_scaling.backoff_factor);
+  if (const toml::node* n = t.get("batchnorm_mode"))
+    s.procedure.batch_norm = choose<ref::BatchNormMode>(
+        text(*n, where, "batchnorm_mode"),
+        {{"per_micro_batch", ref::BatchNormMode::per_micro_batch}, {"exact_window", ref::BatchNormMode::exact_window}},
+        where, "batchnorm_mode");
+  if (const toml::node* n = t.get("frozen")) {
+    const toml::array* names = n->as_array();
+    if (!names) fail(where, "frozen must be a list of parameter names, e.g. [\"layer0.weight\", \"layer0.bias\"]");
+    const std::vector<ref::ParameterInfo> layout = ref::parameter_layout(s.model);
+    for (const toml::node& f : *names) {
+      const std::string name = text(f, where, "frozen");
+      std::size_t p = 0;
+      while (p < layout.size() && layout[p].name != name) ++p;
+      std::string known;
+      for (const ref::ParameterInfo& i : layout) known += (known.empty() ? "" : ", ") + i.name;
+      if (p == layout.size()) fail(where, "frozen: '" + name + "' is not a parameter of the model (" + known + ")");
+      if (s.procedure.is_frozen(p)) fail(where, "frozen: '" + name + "' is listed twice");
+      s.procedure.frozen.push_back(p);
+    }
+    std::sort(s.procedure.frozen.begin(), s.procedure.frozen.end());
+  }
   flag("compensated", s.procedure.compensated);
   if (const toml::node* n = t.get("checkpoint_every")) s.checkpoint_every = positive_integer(*n, where, "checkpoint_every");
   // A key that does not apply to what the scenario is would be ignored:
@@ -194,7 +218,9 @@ ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::
   for (const char* key : {"momentum", "dampening", "nesterov"})
     not_for(key, sgd, std::string("the optimizer is ") + (o.kind == ref::OptimizerKind::adam ? "adam" : "adamw") +
                           " (momentum, dampening and nesterov are sgd's)");
-  not_for("growth_interval", s.procedure.loss_scaling.dynamic, "dynamic_loss_scale is not true");
+  for (const char* key : {"growth_interval", "growth_factor", "backoff_factor"})
+    not_for(key, s.procedure.loss_scaling.dynamic, "dynamic_loss_scale is not true");
+  not_for("batchnorm_mode", ref::has_batch_norm(s.model), "the model has no batchnorm");
   bool any_norm = false;
   for (const ref::LayerSpec& l : s.model.layers) any_norm = any_norm || ref::is_norm(l.kind);
   not_for("norm_eps", any_norm, "the model has no normalizer");
@@ -278,8 +304,18 @@ nlohmann::json scenario_to_json(const ScenarioSpec& s) {
       {"loss_scale", p.loss_scaling.scale},
       {"dynamic_loss_scale", p.loss_scaling.dynamic},
   };
-  // Only the keys that apply (the reader refuses the others).
-  if (p.loss_scaling.dynamic) j["growth_interval"] = p.loss_scaling.growth_interval;
+  // Every key that applies, defaults included (the reader refuses the others).
+  if (p.loss_scaling.dynamic) {
+    j["growth_interval"] = p.loss_scaling.growth_interval;
+    j["growth_factor"] = p.loss_scaling.growth_factor;
+    j["backoff_factor"] = p.loss_scaling.backoff_factor;
+  }
+  nlohmann::json frozen = nlohmann::json::array();
+  const std::vector<ref::ParameterInfo> layout = ref::parameter_layout(s.model);
+  for (std::size_t f : p.frozen) frozen.push_back(layout[f].name);
+  j["frozen"] = frozen;
+  if (ref::has_batch_norm(s.model))
+    j["batchnorm_mode"] = p.batch_norm == ref::BatchNormMode::per_micro_batch ? "per_micro_batch" : "exact_window";
   bool any_norm = false;
   for (const ref::LayerSpec& l : s.model.layers) any_norm = any_norm || ref::is_norm(l.kind);
   if (!any_norm) j.erase("norm_eps");

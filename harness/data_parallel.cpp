@@ -95,6 +95,7 @@ void DataParallelLoop::run_window(const ref::Batch& window, const std::vector<lo
   zero_gradients();
   refresh_compute_weights();
   const std::vector<std::pair<long, long>> all = micro_batch_ranges(micro_batches);
+  record_fed(window.samples(), all);  // the ranks together feed the whole window
   const auto first = all.begin() + static_cast<long>(comm_.rank() * local_micro_batches_);
   const std::vector<std::pair<long, long>> mine(first, first + static_cast<long>(local_micro_batches_));
   const std::vector<float> scales = loss_scales(window, mine);
@@ -144,13 +145,27 @@ void DataParallelLoop::synchronize_gradients() {
 bool DataParallelLoop::gradients_finite() {
   if (mode_ == ShardMode::replicated) return TrainingLoop::gradients_finite();
   // Sharded: the loop's tensors are this rank's shards (finish_window).
-  return comm_.all_reduce_sum(static_cast<long>(!backend_.all_finite(grads_))) == 0;
+  return comm_.all_reduce_sum(static_cast<long>(!backend_.all_finite(trained(grads_)))) == 0;
+}
+
+void DataParallelLoop::keep_unclipped_gradients() {
+  if (mode_ == ShardMode::replicated) {
+    TrainingLoop::keep_unclipped_gradients();
+    return;
+  }
+  // Inside the sharded step (finish_window) grads_ holds this rank's
+  // shards and grad_shards_ the whole buffers: gather the shards there,
+  // keep them, and gather_for_record() refills them after the step.
+  std::swap(grads_, grad_shards_);
+  for (std::size_t p = 0; p < grads_.size(); ++p) comm_.all_gather(backend_, grad_shards_[p], grads_[p]);
+  TrainingLoop::keep_unclipped_gradients();
+  std::swap(grads_, grad_shards_);
 }
 
 float DataParallelLoop::gradient_norm() {
   if (mode_ == ShardMode::replicated) return TrainingLoop::gradient_norm();
   // The shards' float32 norms, combined once: sqrt of the sum of squares.
-  const double local = backend_.global_norm(grads_);
+  const double local = backend_.global_norm(trained(grads_));
   return static_cast<float>(std::sqrt(comm_.all_reduce_sum(local * local)));
 }
 

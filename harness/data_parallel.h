@@ -60,6 +60,7 @@ class DataParallelLoop : public TrainingLoop {
   void finish_window() override;  // sharded: on this rank's shards, then all-gather
   bool gradients_finite() override;
   float gradient_norm() override;
+  void keep_unclipped_gradients() override;  // sharded: the shards gathered first
   void allocated() override;
 
   // ---- the data-parallel steps (override one to express a bug)

@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <chrono>
 #include <numeric>
+#include <sstream>
 #include <stdexcept>
 #include <tuple>
 
+#include "harness/diagnosis.h"
 #include "reference/parallel.h"
 
 namespace gradeq {
@@ -14,12 +16,28 @@ namespace {
 
 // Gradients live in the accumulation buffer; weights, BatchNorm running
 // statistics and optimizer state are float32.
-DType dtype_of(RecordKind kind, const PrecisionSpec& p) { return kind == RecordKind::gradient ? p.accumulate : DType::f32; }
+DType dtype_of(RecordKind kind, const PrecisionSpec& p) { return is_gradient(kind) ? p.accumulate : DType::f32; }
 
-// A failure on bounded elements decides the verdict; elements the error
-// model cannot bound only make it inconclusive when nothing else failed.
+// "3, 7 and 9" (at most `most` of them, then "and 4 more").
+std::string listed(const std::vector<std::string>& items, std::size_t most = 8) {
+  std::string out;
+  const std::size_t shown = std::min(items.size(), most);
+  for (std::size_t i = 0; i < shown; ++i)
+    out += (i == 0 ? "" : i + 1 == shown && items.size() <= most ? " and " : ", ") + items[i];
+  if (items.size() > most) out += " and " + std::to_string(items.size() - most) + " more";
+  return out;
+}
+
+// A problem in what the run did fails the verdict whatever its tensors
+// show (even where divergence is expected); then a failure on bounded
+// elements decides it; elements the error model cannot bound only make it
+// inconclusive when nothing else failed.
 void conclude(Verdict& v, bool divergence_expected) {
   v.status = Status::pass;
+  if (!v.problems.empty()) {
+    v.status = Status::fail;
+    v.note = v.problems.front();
+  }
   std::string unbounded_note;
   for (const TensorCheck& c : v.checks) {
     v.worst_ratio = std::max(v.worst_ratio, c.non_finite_actual ? HUGE_VAL : c.worst_ratio);
@@ -34,6 +52,27 @@ void conclude(Verdict& v, bool divergence_expected) {
     v.status = Status::inconclusive;
     v.note = unbounded_note;
   }
+}
+
+// "worst: grad/layer0.weight, window 1, 3.2x its bound" — the check that
+// used most of its bound (a non-finite value counts as the most).
+std::string worst_tensor_line(const Verdict& v) {
+  const TensorCheck* worst = nullptr;
+  const auto ratio = [](const TensorCheck& c) { return c.non_finite_actual > 0 ? HUGE_VAL : c.worst_ratio; };
+  for (const TensorCheck& c : v.checks)
+    if (!worst || ratio(c) > ratio(*worst)) worst = &c;
+  if (!worst) return "no tensor compared";
+  std::ostringstream os;
+  os.precision(3);
+  os << "worst: " << worst->name << ", window " << worst->window << ", ";
+  if (worst->non_finite_actual > 0) {
+    os << worst->non_finite_actual << " non-finite value(s)";
+  } else if (worst->worst_bound == 0.0) {
+    os << "must be exactly " << worst->worst_expected << ", is " << worst->worst_actual;
+  } else {
+    os << worst->worst_ratio << "x its bound";
+  }
+  return os.str();
 }
 
 }  // namespace
@@ -69,17 +108,36 @@ bool ScenarioResult::inconclusive() const {
   return false;
 }
 
+std::vector<std::string> ScenarioResult::failures() const {
+  std::vector<std::string> out;
+  for (const Verdict* v : {&math, &kernel, &accumulation}) {
+    if (v->status != Status::fail && v->status != Status::inconclusive) continue;
+    out.push_back(verdict_name(v->kind) + (v->status == Status::inconclusive ? " inconclusive: " : ": ") + v->note);
+    for (std::size_t i = 1; i < v->problems.size(); ++i) out.push_back("  " + v->problems[i]);
+    for (const std::string& d : v->diagnosis) out.push_back("  " + d);
+    if (v->status == Status::fail && v->problems.empty()) out.push_back("  " + worst_tensor_line(*v));
+  }
+  if (vacuous) out.push_back(vacuity_failure());
+  if (!memory.holds()) out.push_back(memory_failure());
+  return out;
+}
+
+std::string ScenarioResult::vacuity_failure() const { return "vacuous: every reference gradient is zero"; }
+
+std::string ScenarioResult::memory_failure() const {
+  return "memory: peak " + format_bytes(memory.accumulated.peak) + " accumulated (predicted " +
+         format_bytes(memory.predicted_accumulated()) + "), " + format_bytes(memory.full_batch.peak) +
+         " full batch (predicted " + format_bytes(memory.predicted_full_batch()) + "): off by more than " +
+         std::to_string(static_cast<int>(100 * kMemoryTolerance)) + "%";
+}
+
 std::string ScenarioResult::first_failure() const {
   for (const Verdict* v : {&math, &kernel, &accumulation})
     if (v->status == Status::fail) return verdict_name(v->kind) + ": " + v->note;
   for (const Verdict* v : {&math, &kernel, &accumulation})
     if (v->status == Status::inconclusive) return verdict_name(v->kind) + " inconclusive: " + v->note;
-  if (vacuous) return "vacuous: every reference gradient is zero";
-  if (!memory.holds())
-    return "memory: peak " + format_bytes(memory.accumulated.peak) + " accumulated (predicted " +
-           format_bytes(memory.predicted_accumulated()) + "), " + format_bytes(memory.full_batch.peak) +
-           " full batch (predicted " + format_bytes(memory.predicted_full_batch()) + "): off by more than " +
-           std::to_string(static_cast<int>(100 * kMemoryTolerance)) + "%";
+  if (vacuous) return vacuity_failure();
+  if (!memory.holds()) return memory_failure();
   return "";
 }
 
@@ -94,6 +152,58 @@ std::vector<double> accumulation_bounds(const ReferenceTensor& acc, const Refere
   for (std::size_t i = 0; i < bound.size(); ++i)
     bound[i] = accumulation_bound(acc.kernel_bound[i], acc.reference_bound[i], full.reference_bound[i]);
   return bound;
+}
+
+std::vector<std::string> procedure_problems(const Split& split, const KernelRun& run) {
+  std::vector<std::string> problems;
+  for (std::size_t w = 0; w < split.size() && w < run.windows.size(); ++w) {
+    const KernelWindow& k = run.windows[w];
+    const long samples = std::accumulate(split[w].begin(), split[w].end(), 0L);
+    std::vector<std::vector<std::size_t>> fed_by(static_cast<std::size_t>(samples));  // micro-batches per sample
+    std::vector<std::string> foreign, issues;
+    std::vector<long> sizes;
+    for (std::size_t b = 0; b < k.fed.size(); ++b) {
+      sizes.push_back(static_cast<long>(k.fed[b].size()));
+      long outside = 0;
+      for (long i : k.fed[b]) {
+        if (i < 0 || i >= samples) {
+          ++outside;
+        } else {
+          fed_by[static_cast<std::size_t>(i)].push_back(b);
+        }
+      }
+      if (outside > 0)
+        foreign.push_back(std::to_string(outside) + " in micro-batch " + std::to_string(b));
+    }
+    std::vector<std::string> never, repeated;
+    for (long i = 0; i < samples; ++i) {
+      const std::vector<std::size_t>& by = fed_by[static_cast<std::size_t>(i)];
+      if (by.empty()) never.push_back(std::to_string(i));
+      if (by.size() > 1) {
+        std::vector<std::string> where;
+        for (std::size_t b : by) where.push_back(std::to_string(b));
+        repeated.push_back(std::to_string(i) + " (micro-batches " + listed(where) + ")");
+      }
+    }
+    if (k.fed.empty()) {
+      issues.push_back("none of its " + std::to_string(samples) + " samples was fed (the window was dropped?)");
+    } else {
+      if (!repeated.empty()) issues.push_back("sample" + std::string(repeated.size() > 1 ? "s " : " ") + listed(repeated) +
+                                              " fed more than once");
+      if (!never.empty()) issues.push_back("sample" + std::string(never.size() > 1 ? "s " : " ") + listed(never) +
+                                           " never fed");
+      if (!foreign.empty()) issues.push_back("samples that are not the window's fed: " + listed(foreign));
+      if (sizes != split[w])
+        issues.push_back("fed in micro-batches of " + describe_split({sizes}) + " samples, where the declared split is " +
+                         describe_split({split[w]}));
+    }
+    for (const std::string& p : k.missing_gradients)
+      issues.push_back(p + " is trained but had no gradient after the window (a layer the loss does not reach?)");
+    std::string line;
+    for (const std::string& i : issues) line += (line.empty() ? "" : "; ") + i;
+    if (!line.empty()) problems.push_back("window " + std::to_string(w) + ": " + line);
+  }
+  return problems;
 }
 
 bool expects_equivalence(const ScenarioSpec& spec) {
@@ -164,6 +274,23 @@ Runs execute(const Scenario& scenario, Backend& backend, const LoopFactory& loop
   return runs;
 }
 
+namespace {
+
+// The kernel window's tensor for a reference entry; nullptr where it has
+// none for a reason a check reports on its own: the run skipped the step
+// (state/skipped differs from the reference's), or the parameter had no
+// gradient (procedure_problems).
+const RunTensor* kernel_tensor(const KernelWindow& k, const ReferenceTensor& e) {
+  if (const RunTensor* t = find_optional(k, e.name)) return t;
+  if (k.skipped && recorded_by_step(e.kind)) return nullptr;
+  if (is_gradient(e.kind))
+    for (const std::string& p : k.missing_gradients)
+      if (e.name.ends_with("/" + p)) return nullptr;
+  throw std::logic_error("kernel run has no tensor " + e.name);
+}
+
+}  // namespace
+
 ScenarioResult judge(const Scenario& scenario, const Runs& runs) {
   const ScenarioSpec& spec = scenario.spec;
   const bool equivalent = expects_equivalence(spec);
@@ -187,7 +314,7 @@ ScenarioResult judge(const Scenario& scenario, const Runs& runs) {
     // (a skipped window has no gradient) shows in state/skipped instead.
     for (const ReferenceTensor& full : runs.r_full.windows[w].tensors) {
       for (std::size_t i = 0; i < full.value.size(); ++i)
-        if (full.kind == RecordKind::gradient && full.value[i] != 0.0) any_nonzero_gradient = true;
+        if (is_gradient(full.kind) && full.value[i] != 0.0) any_nonzero_gradient = true;
       const ReferenceTensor* acc = find_optional(runs.r_acc.windows[w], full.name);
       if (!acc) continue;
       std::vector<double> bound(full.value.size());
@@ -199,20 +326,32 @@ ScenarioResult judge(const Scenario& scenario, const Runs& runs) {
          {std::tuple{"full: ", &runs.r_full_at_k_full, &runs.k_full}, std::tuple{"acc: ", &runs.r_acc_at_k_acc, &runs.k_acc}}) {
       if (kernel_run->windows.empty()) continue;  // an external run without its full-batch counterpart
       for (const ReferenceTensor& e : expected_run->windows[w].tensors)
-        add(result.kernel, w, label + e.name, e, dtype_of(e.kind, spec.precision), e.value,
-            find_tensor(kernel_run->windows[w], e.name).values, kernel_bounds(e));
+        if (const RunTensor* k = kernel_tensor(kernel_run->windows[w], e))
+          add(result.kernel, w, label + e.name, e, dtype_of(e.kind, spec.precision), e.value, k->values,
+              kernel_bounds(e));
     }
     // Accumulation equivalence: K_acc against R_full from K_acc's state.
     for (const ReferenceTensor& full : runs.r_full_at_k_acc.windows[w].tensors) {
       const ReferenceTensor* acc = find_optional(runs.r_acc_at_k_acc.windows[w], full.name);
       if (!acc) continue;
-      add(result.accumulation, w, full.name, full, dtype_of(full.kind, spec.precision), full.value,
-          find_tensor(runs.k_acc.windows[w], full.name).values, accumulation_bounds(*acc, full));
+      if (const RunTensor* k = kernel_tensor(runs.k_acc.windows[w], full))
+        add(result.accumulation, w, full.name, full, dtype_of(full.kind, spec.precision), full.value, k->values,
+            accumulation_bounds(*acc, full));
     }
+  }
+  // What the runs under test fed and recorded: K_acc's under the
+  // accumulation verdict, K_full's under kernel correctness.
+  result.accumulation.problems = procedure_problems(spec.split, runs.k_acc);
+  if (!runs.k_full.windows.empty()) {
+    for (std::string& p : procedure_problems(full_batch_split(spec.split), runs.k_full))
+      result.kernel.problems.push_back("full-batch run, " + p);
   }
   conclude(result.math, !equivalent);
   conclude(result.kernel, false);
   conclude(result.accumulation, !equivalent);
+  for (auto [v, run, reference] : {std::tuple{&result.math, "R_acc", "R_full"}, std::tuple{&result.kernel, "K", "R"},
+                                   std::tuple{&result.accumulation, "K_acc", "R_full"}})
+    if (v->status == Status::fail) v->diagnosis = diagnose(v->checks, run, reference);
   result.vacuous = !any_nonzero_gradient;
   ScenarioMemory& memory = result.memory;
   memory.accumulated = runs.k_acc.memory;

@@ -45,8 +45,16 @@ struct Verdict {
   VerdictKind kind = VerdictKind::math_equivalence;
   Status status = Status::pass;
   std::vector<TensorCheck> checks;
+  // What the run under test did that no tensor shows and that makes the
+  // verdict fail whatever the tensors say: a sample of the window fed
+  // twice, never, or from outside it; micro-batches other than the
+  // declared split; a trained parameter left without a gradient
+  // (procedure_problems).
+  std::vector<std::string> problems;
   double worst_ratio = 0.0;
   std::string note;  // why it failed, or why divergence is expected
+  // Where it failed: what its tensors say about the bug (harness/diagnosis.h).
+  std::vector<std::string> diagnosis;
 };
 
 struct Runs {
@@ -74,7 +82,20 @@ struct ScenarioResult {
   bool passed() const;
   bool inconclusive() const;
   std::string first_failure() const;  // empty when passed
+  // Every failing verdict (and vacuity, memory): its note and diagnosis,
+  // one line each.
+  std::vector<std::string> failures() const;
+
+ private:
+  std::string vacuity_failure() const;
+  std::string memory_failure() const;
 };
+
+// What `run` fed and recorded, against the windows of `split` it was
+// given: each window's samples fed exactly once each, in micro-batches of
+// the split's sizes, and every trained parameter with a gradient. One
+// line per window that is wrong, naming the samples and micro-batches.
+std::vector<std::string> procedure_problems(const Split& split, const KernelRun& run);
 
 // Whether R_acc = R_full in exact arithmetic: the model treats samples
 // independently, or its BatchNorm sees whole windows (one micro-batch per

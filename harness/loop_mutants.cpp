@@ -201,8 +201,7 @@ class WeightDecayPerMicroBatch : public TrainingLoop {
   void optimizer_step() override {
     ref::OptimizerSpec o = procedure().optimizer;
     o.weight_decay *= static_cast<double>(window_length_);
-    backend_.optimizer_step(make_optimizer_step(o, learning_rate(), step_), params_, grads_, first_moment_, second_moment_);
-    ++step_;
+    step_with(o);
   }
 };
 

@@ -26,7 +26,9 @@ ReferenceTensor tensor_of(const RecordEntry& e, const ref::Matrix<Bounded>& m) {
   return t;
 }
 
-ref::Matrix<Bounded> scalar(double v) { return ref::Matrix<Bounded>::Constant(1, 1, Bounded::with_bounds(v, 0.0, 0.0)); }
+ref::Matrix<Bounded> scalar(double v, double kernel_bound = 0.0) {
+  return ref::Matrix<Bounded>::Constant(1, 1, Bounded::with_bounds(v, kernel_bound, 0.0));
+}
 
 double counter_value(Counter c, const ref::WindowResult<Bounded>& r) {
   switch (c) {
@@ -43,10 +45,24 @@ ReferenceWindow to_window(const RunSchema& schema, const ref::WindowResult<Bound
   w.loss = r.gradients.loss.value;
   w.skipped = r.skipped;
   for (const RecordEntry& e : schema.entries) {
+    // A skipped window's gradient overflowed and it took no step: there is
+    // nothing to compare.
+    if (r.skipped && recorded_by_step(e.kind)) continue;
     switch (e.kind) {
-      case RecordKind::gradient:
-        // A skipped window's gradient overflowed: there is nothing to compare.
-        if (!r.skipped) w.tensors.push_back(tensor_of(e, r.gradients.grads[e.index]));
+      case RecordKind::gradient: w.tensors.push_back(tensor_of(e, r.gradients.grads[e.index])); break;
+      case RecordKind::clipped_gradient: w.tensors.push_back(tensor_of(e, r.step.clipped[e.index])); break;
+      case RecordKind::step_value:
+        switch (e.step_value) {
+          case StepValue::learning_rate:
+            w.tensors.push_back(tensor_of(e, scalar(r.step.learning_rate, r.step.learning_rate_bound)));
+            break;
+          case StepValue::clip_norm:
+            w.tensors.push_back(tensor_of(e, ref::Matrix<Bounded>::Constant(1, 1, r.step.clip_norm)));
+            break;
+          case StepValue::clip_coefficient:
+            w.tensors.push_back(tensor_of(e, ref::Matrix<Bounded>::Constant(1, 1, r.step.clip_coefficient)));
+            break;
+        }
         break;
       case RecordKind::parameter: w.tensors.push_back(tensor_of(e, r.after.params[e.index])); break;
       case RecordKind::statistic: w.tensors.push_back(tensor_of(e, r.after.buffers[e.index])); break;
@@ -70,10 +86,12 @@ ref::Matrix<Bounded> exact_matrix(const RunTensor& t) {
 ref::TrainingState<Bounded> state_from(const Scenario& s, const ref::ProcedureConfig& config, const KernelWindow& k) {
   ref::TrainingState<Bounded> state = ref::initial_state<Bounded>(s.spec.model, config, s.initial_params);
   for (const RecordEntry& e : s.schema.entries) {
-    if (e.kind == RecordKind::gradient) continue;  // the window computes its own
+    if (recorded_by_step(e.kind)) continue;  // the window computes its own
     const RunTensor& t = find_tensor(k, e.name);
     switch (e.kind) {
-      case RecordKind::gradient: break;
+      case RecordKind::gradient:
+      case RecordKind::clipped_gradient:
+      case RecordKind::step_value: break;
       case RecordKind::parameter: state.params[e.index] = exact_matrix(t); break;
       case RecordKind::statistic: state.buffers[e.index] = exact_matrix(t); break;
       case RecordKind::optimizer_state:

@@ -137,6 +137,9 @@ std::string describe_procedure(const ref::ProcedureConfig& p) {
     os << ", loss scale " << p.loss_scaling.scale;
   }
   if (p.compensated) os << ", Kahan-compensated accumulation";
+  if (!p.frozen.empty()) os << ", " << p.frozen.size() << " frozen parameter" << (p.frozen.size() == 1 ? "" : "s");
+  if (p.loss_scaling.dynamic && (p.loss_scaling.growth_factor != 2.0 || p.loss_scaling.backoff_factor != 0.5))
+    os << ", growth x" << p.loss_scaling.growth_factor << ", backoff x" << p.loss_scaling.backoff_factor;
   if (p.batch_norm == ref::BatchNormMode::exact_window) os << ", exact-window batchnorm";
   if (p.ranks > 1 || p.sharded)
     os << ", data-parallel over " << p.ranks << " rank" << (p.ranks == 1 ? "" : "s") << (p.sharded ? " (sharded)" : "");
@@ -277,7 +280,7 @@ double estimated_peak_bytes(const ScenarioSpec& s) {
   // the scale suite; docs/NUMERICS.md §8.
   const ref::OptimizerSpec& o = s.procedure.optimizer;
   const double moments = o.kind == ref::OptimizerKind::sgd ? (o.momentum > 0.0 ? 1.0 : 0.0) : 2.0;
-  const double recorded = 2.0 + moments;
+  const double recorded = 2.0 + moments + (s.procedure.clip.enabled ? 1.0 : 0.0);  // the clipped gradient too
   const double windows = static_cast<double>(s.split.size());
   const double state = runs * 7.0 * params * bounded + 300.0 * windows * recorded * params;
   const double kernel = 3.0 * 4.0 * kernel_rows * width_sum + 8.0 * 4.0 * params;
@@ -321,8 +324,13 @@ void validate(const ScenarioSpec& s) {
   require_in("norm_eps", s.model.norm_eps, 0.0, 1.0, /*open_low=*/true);
   const std::vector<long> widths = ref::layer_widths(s.model);
   for (long w : widths) checked_product(w, 1, "a layer width");
-  if (ref::parameter_layout(s.model).empty())
+  const std::size_t parameters = ref::parameter_layout(s.model).size();
+  if (parameters == 0)
     refuse("layers: the model has no parameters (no linear or normalizer layer): there is no gradient to accumulate");
+  for (std::size_t f : s.procedure.frozen)
+    if (f >= parameters) refuse("frozen: parameter " + std::to_string(f) + " is not one of the model's");
+  if (s.procedure.frozen.size() >= parameters)
+    refuse("frozen: every parameter is frozen: there is no gradient to accumulate");
   if (s.split.empty()) refuse("split: at least one window is needed");
   if (s.checkpoint_every < 0 || s.checkpoint_every > static_cast<long>(s.model.layers.size()))
     refuse("checkpoint_every: blocks of 1 to " + std::to_string(s.model.layers.size()) +

@@ -228,6 +228,7 @@ KernelRun TrainingLoop::run(const Scenario& scenario, const Split& split) {
   for (std::size_t w = 0; w < split.size(); ++w) {
     window_loss_ = 0.0;
     skipped_ = false;
+    fed_.clear();
     window_ = w;
     window_length_ = split[w].size();
     run_window(scenario.windows[w], split[w]);
@@ -243,6 +244,7 @@ KernelWindow TrainingLoop::record_window() {
   KernelWindow out;
   out.loss = window_loss_;
   out.skipped = skipped_;
+  out.fed = fed_;
   auto download = [&](const Tensor& t) {
     std::vector<float> host(static_cast<std::size_t>(t.size()));
     backend_.download(t, host);
@@ -257,10 +259,20 @@ KernelWindow TrainingLoop::record_window() {
     }
     return skipped_ ? 1.0 : 0.0;
   };
+  const bool clipped = procedure().clip.enabled;
   for (const RecordEntry& e : scenario_->schema.entries) {
+    if (skipped_ && recorded_by_step(e.kind)) continue;  // no step, nothing of one to record
     RunTensor t{e.name, e.kind, e.rows, e.cols, {}};
     switch (e.kind) {
-      case RecordKind::gradient: t.values = download(grads_[e.index]); break;
+      case RecordKind::gradient: t.values = clipped ? unclipped_[e.index] : download(grads_[e.index]); break;
+      case RecordKind::clipped_gradient: t.values = download(grads_[e.index]); break;
+      case RecordKind::step_value:
+        switch (e.step_value) {
+          case StepValue::learning_rate: t.values = {step_learning_rate_}; break;  // float64, as computed
+          case StepValue::clip_norm: t.values = {clip_norm_}; break;
+          case StepValue::clip_coefficient: t.values = {clip_coefficient_}; break;
+        }
+        break;
       case RecordKind::parameter: t.values = download(params_[e.index]); break;
       case RecordKind::statistic: t.values = download(buffers_[e.index]); break;
       case RecordKind::optimizer_state:
@@ -273,10 +285,28 @@ KernelWindow TrainingLoop::record_window() {
   return out;
 }
 
+void TrainingLoop::record_fed(long window_samples, const std::vector<std::pair<long, long>>& ranges) {
+  fed_.clear();
+  for (const auto& [first, count] : ranges) {
+    std::vector<long> samples;
+    for (long i = first; i < first + count; ++i) samples.push_back(i >= 0 && i < window_samples ? i : -1);
+    fed_.push_back(std::move(samples));
+  }
+}
+
+std::vector<Tensor> TrainingLoop::trained(const std::vector<Tensor>& per_parameter) const {
+  if (per_parameter.empty()) return {};
+  std::vector<Tensor> out;
+  for (std::size_t p = 0; p < per_parameter.size(); ++p)
+    if (!procedure().is_frozen(p)) out.push_back(per_parameter[p]);
+  return out;
+}
+
 void TrainingLoop::run_window(const ref::Batch& window, const std::vector<long>& micro_batches) {
   zero_gradients();
   refresh_compute_weights();
   const std::vector<std::pair<long, long>> ranges = micro_batch_ranges(micro_batches);
+  record_fed(window.samples(), ranges);
   const std::vector<float> scales = loss_scales(window, ranges);
   for (std::size_t b = 0; b < ranges.size(); ++b) {
     micro_batch_index_ = b;
@@ -333,6 +363,7 @@ void TrainingLoop::finish_window() {
     good_steps_ = 0;
     return;
   }
+  if (procedure().clip.enabled) keep_unclipped_gradients();
   clip_gradients();
   optimizer_step();
   if (ls.dynamic && ++good_steps_ == ls.growth_interval) {
@@ -347,27 +378,41 @@ void TrainingLoop::unscale_gradients() {
   window_loss_ /= loss_scale_;
 }
 
+void TrainingLoop::keep_unclipped_gradients() {
+  unclipped_.assign(grads_.size(), {});
+  for (std::size_t p = 0; p < grads_.size(); ++p) {
+    std::vector<float> host(static_cast<std::size_t>(grads_[p].size()));
+    backend_.download(grads_[p], host);
+    unclipped_[p].assign(host.begin(), host.end());
+  }
+}
+
 void TrainingLoop::clip_gradients() {
   const ref::ClipSpec& c = procedure().clip;
   if (!c.enabled) return;
   const float norm = gradient_norm();
   const float coefficient = static_cast<float>(c.max_norm) / (norm + static_cast<float>(ref::kClipEpsilon));
-  if (coefficient < 1.0f) backend_.scale(grads_, coefficient);
+  if (coefficient < 1.0f) backend_.scale(trained(grads_), coefficient);
+  clip_norm_ = norm;
+  clip_coefficient_ = std::min(coefficient, 1.0f);
 }
 
-bool TrainingLoop::gradients_finite() { return backend_.all_finite(grads_); }
+bool TrainingLoop::gradients_finite() { return backend_.all_finite(trained(grads_)); }
 
-float TrainingLoop::gradient_norm() { return backend_.global_norm(grads_); }
+float TrainingLoop::gradient_norm() { return backend_.global_norm(trained(grads_)); }
 
 double TrainingLoop::learning_rate() {
   return procedure().optimizer.lr * ref::schedule_multiplier(procedure().schedule, step_);
 }
 
-void TrainingLoop::optimizer_step() {
-  backend_.optimizer_step(make_optimizer_step(procedure().optimizer, learning_rate(), step_), params_, grads_,
-                          first_moment_, second_moment_);
+void TrainingLoop::step_with(const ref::OptimizerSpec& o) {
+  step_learning_rate_ = learning_rate();
+  backend_.optimizer_step(make_optimizer_step(o, step_learning_rate_, step_), trained(params_), trained(grads_),
+                          trained(first_moment_), trained(second_moment_));
   ++step_;
 }
+
+void TrainingLoop::optimizer_step() { step_with(procedure().optimizer); }
 
 void TrainingLoop::forward_layer(std::size_t l, long rows, bool update_running_statistics) {
   const ref::ModelSpec& m = scenario_->spec.model;

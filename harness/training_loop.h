@@ -79,6 +79,9 @@ class TrainingLoop {
   virtual double micro_batch(const ref::Batch& micro_batch, float scale);
   virtual void finish_window();  // unscale, overflow check, clip, step
   virtual void unscale_gradients();
+  // Keeps the window's gradient as accumulation made it (before the clip)
+  // for the record.
+  virtual void keep_unclipped_gradients();
   virtual void clip_gradients();
   virtual double learning_rate();  // this step's, from the schedule
   virtual void optimizer_step();
@@ -96,6 +99,15 @@ class TrainingLoop {
 
   // ---- pieces the steps are made of
   void refresh_compute_weights();
+  // The tensors of the parameters the optimizer trains (all but the
+  // frozen ones), from a per-parameter list.
+  std::vector<Tensor> trained(const std::vector<Tensor>& per_parameter) const;
+  // One optimizer step of `o` at this step's learning rate, over the
+  // trained parameters.
+  void step_with(const ref::OptimizerSpec& o);
+  // Records which of the window's samples each micro-batch of `ranges`
+  // (first sample, count) feeds.
+  void record_fed(long window_samples, const std::vector<std::pair<long, long>>& ranges);
   // Allocates t on the backend, released when the run ends (or by
   // disown()); its bytes count in `category` of the run's memory.
   void own(Tensor& t, long rows, long cols, DType dtype, MemoryCategory category);
@@ -134,6 +146,13 @@ class TrainingLoop {
   double loss_scale_ = 1.0;
   long good_steps_ = 0;     // steps since the loss scale last changed
   bool skipped_ = false;    // this window's step was skipped (overflow)
+  // For the record: the window's gradient before the clip (on the host,
+  // where the procedure clips), the clip's norm and coefficient, the step's
+  // learning rate, and the samples each micro-batch fed.
+  std::vector<std::vector<double>> unclipped_;
+  float clip_norm_ = 0.0f, clip_coefficient_ = 1.0f;
+  double step_learning_rate_ = 0.0;
+  std::vector<std::vector<long>> fed_;
 
  private:
   struct Owned {

@@ -37,9 +37,7 @@ bool of_dtype(double v, DType d) {
   return static_cast<double>(f) == v && round_to(f, d) == f;
 }
 
-DType dtype_of_entry(const RecordEntry& e, const PrecisionSpec& p) {
-  return e.kind == RecordKind::gradient ? p.accumulate : DType::f32;
-}
+DType dtype_of_entry(const RecordEntry& e, const PrecisionSpec& p) { return is_gradient(e.kind) ? p.accumulate : DType::f32; }
 
 std::string torch_name(const std::string& gradeq_name) {
   // "layer3.weight" -> "3.weight": the same tensor in a torch.nn.Sequential
@@ -219,12 +217,18 @@ int write_window_set(const std::filesystem::path& dir, const Scenario& scenario,
     nlohmann::json ws = nlohmann::json::array();
     for (std::size_t w = 0; w < r.windows.size(); ++w) {
       nlohmann::json tensors = nlohmann::json::object();
-      for (const RunTensor& t : r.windows[w].tensors) {
-        if (r.windows[w].skipped && t.kind == RecordKind::gradient) continue;  // a skipped window has none
-        const std::vector<float> v(t.values.begin(), t.values.end());
-        tensors[t.name] = write(window_set_file(name, w, t.name), {t.rows, t.cols}, v);
+      const KernelWindow& k = r.windows[w];
+      for (const RecordEntry& e : scenario.schema.entries) {
+        const RunTensor* t = find_optional(k, e.name);
+        if (!t) continue;  // a skipped window's step, a missing gradient
+        const std::string file = window_set_file(name, w, t->name);
+        tensors[t->name] = is_float64(e) ? write(file, {t->rows, t->cols}, t->values)
+                                         : write(file, {t->rows, t->cols},
+                                                 std::vector<float>(t->values.begin(), t->values.end()));
       }
-      ws.push_back({{"skipped", r.windows[w].skipped}, {"loss", r.windows[w].loss}, {"tensors", tensors}});
+      nlohmann::json j = {{"skipped", k.skipped}, {"loss", k.loss}, {"fed", k.fed}, {"tensors", tensors}};
+      if (!k.missing_gradients.empty()) j["missing_gradients"] = k.missing_gradients;
+      ws.push_back(j);
     }
     run_list[name] = {{"role", "kernel"}, {"split", split}, {"windows", ws}};
   };
@@ -348,18 +352,58 @@ KernelRun read_run(Reader& reader, const nlohmann::json& run, const std::string&
       kw.skipped = j.at("skipped").get<bool>();
     }
     if (j.contains("loss") && j.at("loss").is_number()) kw.loss = j.at("loss").get<double>();
+    for (const auto& [key, value] : j.items())
+      if (key != "skipped" && key != "loss" && key != "fed" && key != "tensors" && key != "missing_gradients")
+        bad(at, "unknown key '" + key + "'");
+    // What the run fed: per micro-batch, indices of the window's samples
+    // (-1: a sample not in the window). Judged, not refused: a sample fed
+    // twice or never is a failing loop (procedure_problems).
+    const long samples = scenario.windows[w].samples();
+    const std::string fed_where = at + ".fed";
+    if (!j.contains("fed") || !j.at("fed").is_array())
+      bad(fed_where, "is missing: per micro-batch, the indices of the window's samples it fed (-1: not the window's)");
+    for (const nlohmann::json& micro_batch : j.at("fed")) {
+      if (!micro_batch.is_array()) bad(fed_where, "must be a list of micro-batches, each a list of sample indices");
+      std::vector<long> indices;
+      for (const nlohmann::json& i : micro_batch) {
+        if (!i.is_number_integer() || i.get<long>() < -1 || i.get<long>() >= samples)
+          bad(fed_where, "index " + i.dump() + " is not a sample of the window (0 to " + std::to_string(samples - 1) +
+                             ", or -1 for a sample that is not the window's)");
+        indices.push_back(i.get<long>());
+      }
+      kw.fed.push_back(std::move(indices));
+    }
+    if (j.contains("missing_gradients")) {
+      for (const nlohmann::json& p : j.at("missing_gradients")) {
+        const std::string param = p.get<std::string>();
+        bool trained = false;
+        for (const RecordEntry& e : scenario.schema.entries) trained = trained || e.name == "grad/" + param;
+        if (!trained) bad(at + ".missing_gradients", "'" + param + "' is not a trained parameter of the model");
+        kw.missing_gradients.push_back(param);
+      }
+    }
+    const auto missing = [&](const std::string& entry) {
+      for (const std::string& p : kw.missing_gradients)
+        if (entry == "grad/" + p || entry == "clipped_grad/" + p) return true;
+      return false;
+    };
     const nlohmann::json& tensors = j.at("tensors");
     std::set<std::string> known;
     for (const RecordEntry& e : scenario.schema.entries) known.insert(e.name);
     for (const auto& [key, value] : tensors.items())
       if (!known.count(key)) bad(at, "tensor '" + key + "' is not recorded by this scenario (see its parameters)");
     for (const RecordEntry& e : scenario.schema.entries) {
-      const bool gradient = e.kind == RecordKind::gradient;
-      if (!tensors.contains(e.name)) {
-        if (gradient && kw.skipped) continue;
-        bad(at, "has no tensor '" + e.name + "'" + (gradient ? "" : " (every window records it)"));
+      const bool by_step = recorded_by_step(e.kind);
+      if (missing(e.name)) {
+        if (tensors.contains(e.name)) bad(at, "lists " + e.name + " as missing but has it");
+        continue;
       }
-      if (gradient && kw.skipped) bad(at, "is skipped but has a gradient '" + e.name + "' (a skipped step has none)");
+      if (!tensors.contains(e.name)) {
+        if (by_step && kw.skipped) continue;
+        bad(at, "has no tensor '" + e.name + "'" + (by_step ? "" : " (every window records it)"));
+      }
+      if (by_step && kw.skipped)
+        bad(at, "is skipped but has '" + e.name + "' (a skipped step has no gradient, clip or learning rate)");
       const nlohmann::json& ref = tensors.at(e.name);
       const nlohmann::json& file = ref.is_object() && ref.contains("file") ? ref.at("file") : ref;
       const NpyArray a = reader.array(file, name + " window " + std::to_string(w) + " " + e.name);
@@ -367,7 +411,7 @@ KernelRun read_run(Reader& reader, const nlohmann::json& run, const std::string&
       expect_floats(a, fname);
       expect_shape(a, {e.rows, e.cols}, fname, e.name);
       const DType d = dtype_of_entry(e, scenario.spec.precision);
-      for (std::size_t i = 0; i < a.values.size(); ++i)
+      for (std::size_t i = 0; i < a.values.size() && !is_float64(e); ++i)
         if (!of_dtype(a.values[i], d))
           bad(fname, e.name + " element [" + std::to_string(i / static_cast<std::size_t>(e.cols)) + ", " +
                          std::to_string(i % static_cast<std::size_t>(e.cols)) + "] = " + std::to_string(a.values[i]) +
@@ -418,7 +462,9 @@ WindowSet read_checked(const std::filesystem::path& dir) {
   if (!m.contains("schema_version") || !m.at("schema_version").is_number_integer() ||
       m.at("schema_version").get<long>() != kWindowSetSchemaVersion)
     bad("manifest.json", "schema_version " + (m.contains("schema_version") ? m.at("schema_version").dump() : "missing") +
-                             ": this gradeq reads version " + std::to_string(kWindowSetSchemaVersion));
+                             ": this gradeq reads version " + std::to_string(kWindowSetSchemaVersion) +
+                             " (version 2 recorded the gradient after the clip: export the run again with this "
+                             "gradeq's python/gradeq_export.py)");
   for (const auto& [key, value] : m.items()) {
     static const std::set<std::string> known = {"format", "schema_version", "run_seed", "scenario", "model",
                                                 "parameters", "buffers", "windows", "initial", "runs", "bounds"};
@@ -458,7 +504,8 @@ WindowSet read_checked(const std::filesystem::path& dir) {
     const std::string at = "windows[" + std::to_string(w) + "]";
     if (!j.is_object() || !j.contains("inputs")) bad("manifest.json", at + " needs \"inputs\"");
     if (j.contains("split") && j.at("split") != nlohmann::json(s.spec.split[w]))
-      bad("manifest.json", at + ".split contradicts the scenario's split");
+      bad("manifest.json", at + ".split " + j.at("split").dump() + " contradicts the scenario's split of the window " +
+                               nlohmann::json(s.spec.split[w]).dump());
     const long samples = std::accumulate(s.spec.split[w].begin(), s.spec.split[w].end(), 0L);
     const long rows = samples * s.spec.model.positions;
     if (j.contains("rows") && j.at("rows") != nlohmann::json(rows))
@@ -536,7 +583,7 @@ WindowSet read_checked(const std::filesystem::path& dir) {
     KernelWindow start;
     std::set<std::string> used;
     for (const RecordEntry& e : s.schema.entries) {
-      if (e.kind == RecordKind::gradient) continue;
+      if (recorded_by_step(e.kind)) continue;
       std::vector<double> values(static_cast<std::size_t>(e.rows * e.cols), 0.0);
       if (e.kind == RecordKind::parameter) {
         const ref::Matrix<double>& p = s.initial_params[e.index];

@@ -44,7 +44,7 @@
 
 namespace gradeq {
 
-inline constexpr int kWindowSetSchemaVersion = 2;
+inline constexpr int kWindowSetSchemaVersion = 3;
 inline constexpr const char* kWindowSetFormat = "gradeq-window-set";
 
 // A window set that cannot be read: a missing, extra or misshapen file, a

@@ -76,10 +76,20 @@ Evidence exactness(const ScenarioSpec& s, PropertyContext& ctx) {
   for (std::size_t w = 0; w < runs.r_full.windows.size(); ++w)
   for (const ReferenceTensor& rf : runs.r_full.windows[w].tensors) {
     const ReferenceTensor& ra = find_tensor(runs.r_acc.windows[w], rf.name);
-    const RunTensor& kf = find_tensor(runs.k_full.windows[w], rf.name);
-    const RunTensor& ka = find_tensor(runs.k_acc.windows[w], rf.name);
+    const RunTensor* kf_found = find_optional(runs.k_full.windows[w], rf.name);
+    const RunTensor* ka_found = find_optional(runs.k_acc.windows[w], rf.name);
+    if (!kf_found || !ka_found) {  // a kernel run skipped the step: an exact case never overflows
+      if (e.holds) {
+        e.holds = false;
+        e.message = "window " + std::to_string(w) + ": " + rf.name + " missing: the " +
+                    (kf_found ? "accumulated" : "full-batch") + " kernel run skipped the step";
+        e.worst_ratio = HUGE_VAL;
+      }
+      continue;
+    }
+    const RunTensor &kf = *kf_found, &ka = *ka_found;
     for (std::size_t i = 0; i < rf.value.size(); ++i) {
-      if (rf.value[i] != 0.0 && rf.kind == RecordKind::gradient) vacuous = false;
+      if (rf.value[i] != 0.0 && is_gradient(rf.kind)) vacuous = false;
       // A case whose exact values leave float32 is not an exactness case:
       // the generator is wrong, and saying so beats a silent pass.
       if (e.holds && !float32_representable(rf.value[i])) {
@@ -125,7 +135,12 @@ Evidence determinism(const ScenarioSpec& s, PropertyContext& ctx) {
     if (std::memcmp(&a.loss, &b.loss, sizeof(double)) != 0) fail(where + "the losses differ");
     if (a.tensors.size() != b.tensors.size()) fail(where + "the runs recorded different tensors");
     for (const RunTensor& ta : a.tensors) {
-      const RunTensor& tb = find_tensor(b, ta.name);
+      const RunTensor* found = find_optional(b, ta.name);
+      if (!found) {
+        fail(where + "the runs recorded different tensors");
+        break;
+      }
+      const RunTensor& tb = *found;
       for (std::size_t i = 0; e.holds && i < ta.values.size(); ++i) {
         const bool same_bits = std::memcmp(&ta.values[i], &tb.values[i], sizeof(double)) == 0;
         if (!same_bits) {
@@ -135,7 +150,7 @@ Evidence determinism(const ScenarioSpec& s, PropertyContext& ctx) {
           os << where << ta.name << " element [" << at / cols << ", " << at % cols << "] differs run to run: first run "
              << ta.values[i] << ", second run " << tb.values[i];
           fail(os.str());
-        } else if (!std::isfinite(ta.values[i]) && !e.discard && !(a.skipped && ta.kind == RecordKind::gradient)) {
+        } else if (!std::isfinite(ta.values[i]) && !e.discard && !(a.skipped && recorded_by_step(ta.kind))) {
           // Repeated bit for bit, but an overflow (static float16 loss
           // scaling) leaves nothing to compare: the case cannot decide. A
           // window the dynamic loss scaler skipped overflowed by design; its

@@ -101,6 +101,16 @@ struct ProcedureConfig {
   // row or a sample). A micro-batch with BatchNorm, whose statistics span
   // all of its rows, cannot be sliced.
   long slice_samples = 0;
+  // Parameters the optimizer leaves alone (requires_grad = False): their
+  // gradients are neither clipped, counted in the clip's norm, nor stepped
+  // with, and they keep no optimizer state. Indices into the model's
+  // parameter layout, ascending.
+  std::vector<std::size_t> frozen;
+  bool is_frozen(std::size_t parameter) const {
+    for (std::size_t f : frozen)
+      if (f == parameter) return true;
+    return false;
+  }
 };
 
 // 1 / normalizer for each micro-batch (the loss scale not included).
@@ -414,18 +424,18 @@ TrainingState<T> initial_state(const ModelSpec& spec, const ProcedureConfig& con
   return s;
 }
 
-// The global norm of every gradient: one float32 reduction, or with
+// The global norm of the gradients listed: one float32 reduction, or with
 // `shards` > 1 each shard's float32 norm (the consecutive 1/shards of every
 // tensor's elements), combined as the square root of the sum of their
 // squares (ProcedureConfig::sharded).
 template <class T>
-T global_norm(const Tensors<T>& grads, std::size_t shards = 1) {
+T global_norm(const std::vector<const Matrix<T>*>& grads, std::size_t shards = 1) {
   std::vector<T> shard_norms;
   for (std::size_t r = 0; r < shards; ++r) {
     std::vector<const T*> flat;
-    for (const auto& g : grads) {
-      const long size = g.size() / static_cast<long>(shards), first = size * static_cast<long>(r);
-      for (long i = first; i < first + size; ++i) flat.push_back(g.data() + i);
+    for (const Matrix<T>* g : grads) {
+      const long size = g->size() / static_cast<long>(shards), first = size * static_cast<long>(r);
+      for (long i = first; i < first + size; ++i) flat.push_back(g->data() + i);
     }
     shard_norms.push_back(sqrt(reduce<T>(static_cast<long>(flat.size()), [&](long i) { return *flat[i] * *flat[i]; })));
   }
@@ -433,35 +443,72 @@ T global_norm(const Tensors<T>& grads, std::size_t shards = 1) {
   return sqrt(reduce<T>(static_cast<long>(shards), [&](long r) { return shard_norms[r] * shard_norms[r]; }));
 }
 
-// Clip (once, by the global norm of all gradients; in place, as
-// clip_grad_norm_ does to .grad), then one optimizer step with the
-// schedule's learning rate for this step. shards: see global_norm.
 template <class T>
-void optimizer_step(const ProcedureConfig& config, TrainingState<T>& state, Tensors<T>& grads,
-                    std::size_t shards = 1) {
+T global_norm(const Tensors<T>& grads, std::size_t shards = 1) {
+  std::vector<const Matrix<T>*> all;
+  for (const auto& g : grads) all.push_back(&g);
+  return global_norm(all, shards);
+}
+
+// What a step did besides moving the state: the learning rate the
+// schedule gave it and, where the procedure clips, the clip — the global
+// norm of the window's gradient, the coefficient, and the gradient the
+// optimizer stepped with (empty for a frozen parameter).
+template <class T>
+struct StepRecord {
+  // The learning rate in float64, and how far another float64 evaluation
+  // of the same schedule may put it: each of the two evaluations is within
+  // about 7.2 u64 lr_0 of the exact value (a few roundings of a multiplier
+  // at most 1, and cos within one ulp), so 16 u64 lr_0 apart, lr_0 the base
+  // rate (NUMERICS §5, "The learning rate").
+  double learning_rate = 0.0, learning_rate_bound = 0.0;
+  T clip_norm = T(0.0), clip_coefficient = T(1.0);
+  Tensors<T> clipped;  // empty where the procedure does not clip
+};
+
+// Clip (once, by the global norm of the trained parameters' gradients, as
+// clip_grad_norm_ does to .grad), then one optimizer step with the
+// schedule's learning rate for this step. `grads` is the window's gradient
+// as accumulation left it; it is not changed. shards: see global_norm.
+template <class T>
+StepRecord<T> optimizer_step(const ProcedureConfig& config, TrainingState<T>& state, const Tensors<T>& grads,
+                             std::size_t shards = 1) {
+  StepRecord<T> record;
+  std::vector<const Matrix<T>*> trained;
+  for (std::size_t p = 0; p < grads.size(); ++p)
+    if (!config.is_frozen(p)) trained.push_back(&grads[p]);
   if (config.clip.enabled) {
-    const T norm = global_norm(grads, shards);
-    const T coefficient = shared(clip_coefficient(config.clip, norm));
-    for (auto& g : grads) g = stored(Matrix<T>(g * coefficient), Storage::accumulate);
+    record.clip_norm = global_norm(trained, shards);
+    record.clip_coefficient = clip_coefficient(config.clip, record.clip_norm);
+    const T coefficient = shared(record.clip_coefficient);
+    record.clipped.resize(grads.size());
+    for (std::size_t p = 0; p < grads.size(); ++p)
+      if (!config.is_frozen(p)) record.clipped[p] = stored(Matrix<T>(grads[p] * coefficient), Storage::accumulate);
   }
+  const Tensors<T>& step_grads = config.clip.enabled ? record.clipped : grads;
   const OptimizerSpec& o = config.optimizer;
   const double lr = o.lr * schedule_multiplier(config.schedule, state.step);
+  record.learning_rate = lr;
+  record.learning_rate_bound = 16.0 * 0x1p-53 * o.lr;
   for (std::size_t p = 0; p < state.params.size(); ++p) {
+    if (config.is_frozen(p)) continue;
     if (o.kind == OptimizerKind::sgd) {
-      sgd_step(o, lr, state.step == 0, state.params[p], grads[p], state.first_moment[p]);
+      sgd_step(o, lr, state.step == 0, state.params[p], step_grads[p], state.first_moment[p]);
     } else {
-      adam_step(o, lr, state.step, state.params[p], grads[p], state.first_moment[p], state.second_moment[p]);
+      adam_step(o, lr, state.step, state.params[p], step_grads[p], state.first_moment[p], state.second_moment[p]);
     }
     state.params[p] = stored(state.params[p], Storage::master);
     state.first_moment[p] = stored(state.first_moment[p], Storage::master);
     state.second_moment[p] = stored(state.second_moment[p], Storage::master);
   }
   ++state.step;
+  return record;
 }
 
 template <class T>
 struct WindowResult {
-  WindowGradients<T> gradients;
+  WindowGradients<T> gradients;  // as accumulation left them: unscaled, not clipped
+  StepRecord<T> step;            // the clip and the learning rate (none where skipped)
   TrainingState<T> after;
   bool skipped = false;  // dynamic loss scaling found an overflow: no step
 };
@@ -494,18 +541,19 @@ WindowResult<T> run_window(const ModelSpec& spec, const ProcedureConfig& config,
   if (config.loss_scaling.dynamic)
     skip = rule.imposed ? rule.decision.value_or(false) : g.overflow_possible && rule.decision.value_or(false);
   const LossScaling& ls = config.loss_scaling;
+  StepRecord<T> step;
   if (skip) {
     state.loss_scale *= ls.backoff_factor;
     state.good_steps = 0;
   } else {
-    optimizer_step(config, state, g.grads,
-                   config.sharded ? detail::window_ranks(config, micro_batch_samples.size()) : 1);
+    step = optimizer_step(config, state, g.grads,
+                          config.sharded ? detail::window_ranks(config, micro_batch_samples.size()) : 1);
     if (ls.dynamic && ++state.good_steps == ls.growth_interval) {
       state.loss_scale *= ls.growth_factor;
       state.good_steps = 0;
     }
   }
-  return {std::move(g), std::move(state), skip};
+  return {std::move(g), std::move(step), std::move(state), skip};
 }
 
 }  // namespace gradeq::ref

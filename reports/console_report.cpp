@@ -37,7 +37,8 @@ std::string check_summary(const CheckReport& r) {
     out << fmt::format("  {:4}  scenario {:30} {}  kernel {:.2e}{}  ({:.2f} s{})\n", s.passed() ? "pass" : "FAIL",
                        s.spec.name, accumulation, s.kernel.worst_ratio, peak, s.seconds,
                        fitted_to_memory(s.spec));
-    if (!s.passed()) out << "        " << s.first_failure() << "\n";
+    if (!s.passed())
+      for (const std::string& line : s.failures()) out << "        " << line << "\n";
   }
   for (const PropertyRun& p : r.properties) {
     if (!p.ran) {

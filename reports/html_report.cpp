@@ -109,9 +109,19 @@ std::string report_html(const nlohmann::json& report, const DrawnFigures& drawn,
   // Failures in full, at the top.
   std::ostringstream failures;
   for (const nlohmann::json& s : report.at("scenarios"))
-    if (!s.at("passed").get<bool>())
+    if (!s.at("passed").get<bool>()) {
       failures << "<li><b>scenario " << escaped(s.at("name").get<std::string>()) << "</b>: "
-               << escaped(s.at("failure").get<std::string>()) << "</li>\n";
+               << escaped(s.at("failure").get<std::string>());
+      // Every failing verdict: what the run did wrong and what its tensors say.
+      std::ostringstream said;
+      for (const nlohmann::json& v : s.at("verdicts"))
+        for (const char* key : {"problems", "diagnosis"})
+          for (const nlohmann::json& line : v.at(key))
+            said << "<li>" << escaped(v.at("verdict").get<std::string>()) << ": " << escaped(line.get<std::string>())
+                 << "</li>";
+      if (!said.str().empty()) failures << "<ul>" << said.str() << "</ul>";
+      failures << "</li>\n";
+    }
   for (const nlohmann::json& p : report.at("properties"))
     if (p.at("ran").get<bool>() && !p.at("passed").get<bool>()) {
       failures << "<li><b>property " << escaped(p.at("name").get<std::string>()) << "</b>: "

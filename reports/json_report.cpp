@@ -8,7 +8,9 @@
 namespace gradeq {
 namespace {
 
-constexpr int kReportSchemaVersion = 2;  // 2: properties carry "ran" and "replay"; "not_run" counts
+// 2: properties carry "ran" and "replay"; "not_run" counts. 3: verdicts
+// carry "problems" and "diagnosis"; tensors "actual_norm".
+constexpr int kReportSchemaVersion = 3;
 
 }  // namespace
 
@@ -34,6 +36,7 @@ nlohmann::json check_json(const TensorCheck& c) {
           {"worst_expected", json_number(c.worst_expected)},
           {"worst_actual", json_number(c.worst_actual)},
           {"expected_norm", json_number(c.expected_norm)},
+          {"actual_norm", json_number(c.actual_norm)},
           {"non_finite_actual", c.non_finite_actual},
           {"unbounded", c.unbounded},
           {"unbounded_rows", c.unbounded_rows},
@@ -45,7 +48,7 @@ nlohmann::json verdict_json(const Verdict& v) {
   nlohmann::json checks = nlohmann::json::array();
   for (const TensorCheck& c : v.checks) checks.push_back(check_json(c));
   return {{"verdict", verdict_name(v.kind)}, {"status", status_name(v.status)}, {"worst_ratio", json_number(v.worst_ratio)},
-          {"note", v.note}, {"tensors", checks}};
+          {"note", v.note}, {"problems", v.problems}, {"diagnosis", v.diagnosis}, {"tensors", checks}};
 }
 
 nlohmann::json usage_json(const MemoryUsage& m) {

@@ -49,7 +49,10 @@ void scenario_section(std::ostringstream& md, const ScenarioResult& s) {
   md << "- procedure: " << describe_procedure(s.spec.procedure) << "\n";
   md << "- verdicts: math equivalence " << status_cell(s.math) << "; kernel correctness " << status_cell(s.kernel)
      << "; accumulation equivalence " << status_cell(s.accumulation) << "\n";
-  if (!s.passed()) md << "- failure: " << s.first_failure() << "\n";
+  if (!s.passed()) {
+    md << "- failure:\n";
+    for (const std::string& line : s.failures()) md << "  - " << (line.starts_with("  ") ? line.substr(2) : line) << "\n";
+  }
   if (s.math.status == Status::expected_divergence) {
     // What per-micro-batch BatchNorm costs at this split, in exact arithmetic.
     double gradient = 0.0, running = 0.0;

@@ -554,7 +554,7 @@ TEST(Reports, JsonAndJunitSayWhatHappened) {
   ASSERT_EQ(report.scenarios.size(), 2u);
   ASSERT_TRUE(report.passed());
   const nlohmann::json j = report_json(report);
-  EXPECT_EQ(j.at("schema_version"), 2);
+  EXPECT_EQ(j.at("schema_version"), 3);
   EXPECT_EQ(j.at("not_run"), 0);
   long checks = 0;
   for (const auto& s : j.at("scenarios"))

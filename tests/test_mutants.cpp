@@ -56,6 +56,89 @@ TEST(Mutants, EachFailsTheScenarioThatExercisesIt) {
   }
 }
 
+const Mutant& mutant(const std::string& id) {
+  const Mutant* m = find_mutant(id);
+  if (!m) throw std::logic_error("no mutant " + id);
+  return *m;
+}
+
+// Clipping by the global norm erases a constant factor on the gradient: a
+// pure scale bug leaves the clipped gradient, the step and the weights as
+// they should be wherever the clip binds in both runs. The accumulation
+// verdict judges the gradient as accumulation made it, before the clip, so
+// it fails on grad/ in such a window, while every tensor the clip has
+// passed through (the clipped gradient, the weights, the optimizer state)
+// agrees with the reference: judged on those alone, as before, the bug
+// would pass. On lm_finetune_adamw_bf16_n16 (padded tokens) B3 is not a
+// pure scale (each micro-batch over its own token count), and under B4
+// (G / N) its clip no longer binds: both are caught there, on grad/ first.
+TEST(Mutants, ScaleBugsFailOnTheGradientBeforeABindingClip) {
+  const std::vector<ScenarioSpec> suite = default_scenarios();
+  struct Case {
+    std::string id, scenario;
+    bool hidden_by_the_clip;  // some window fails on grad/ alone, its clip binding in both runs
+  };
+  for (const Case& k : {Case{"B3", "lm_finetune_adamw_bf16_n16", false}, Case{"B4", "lm_finetune_adamw_bf16_n16", false},
+                        Case{"B3", "mlp_adamw_clip_warmup", true}, Case{"B4", "mlp_adamw_clip_warmup", true},
+                        Case{"B5", "mlp_adamw_clip_warmup", true}}) {
+    const ScenarioSpec& s = *find_scenario(suite, k.scenario);
+    ASSERT_TRUE(s.procedure.clip.enabled) << k.scenario;
+    CpuBackend cpu;
+    MutantRig rig(mutant(k.id), cpu);
+    const Scenario scenario = materialize(s);
+    const Runs runs = execute(scenario, *rig.backend, rig.loop, ErrorModel{});
+    const ScenarioResult r = judge(scenario, runs);
+    EXPECT_EQ(r.accumulation.status, Status::fail) << k.id << " on " << k.scenario;
+    EXPECT_EQ(r.accumulation.note.rfind("grad/", 0), 0u) << k.id << ": " << r.accumulation.note;
+    std::vector<std::string> hidden_in;
+    for (std::size_t w = 0; w < s.split.size(); ++w) {
+      const bool binds = find_tensor(runs.r_full_at_k_acc.windows[w], "clip/coefficient").value[0] < 1.0 &&
+                         find_tensor(runs.k_acc.windows[w], "clip/coefficient").values[0] < 1.0f;
+      bool gradient_fails = false, after_the_clip_passes = true;
+      for (const TensorCheck& c : r.accumulation.checks) {
+        if (c.window != static_cast<long>(w)) continue;
+        if (c.kind == RecordKind::gradient && !c.passed()) gradient_fails = true;
+        if ((c.kind == RecordKind::clipped_gradient || c.kind == RecordKind::parameter ||
+             c.kind == RecordKind::optimizer_state) && !c.passed())
+          after_the_clip_passes = false;
+      }
+      if (binds && gradient_fails && after_the_clip_passes) hidden_in.push_back(std::to_string(w));
+    }
+    EXPECT_EQ(!hidden_in.empty(), k.hidden_by_the_clip)
+        << k.id << " on " << k.scenario << ": hidden by the clip in " << hidden_in.size() << " window(s)";
+  }
+}
+
+// The procedure check: a loop that feeds a sample twice and skips one
+// (B17), or drops a partial window (B6), fails the accumulation verdict with
+// the samples and micro-batches named; correct code feeds every sample once.
+TEST(Mutants, ProcedureCheckNamesTheSamplesAMutantFeedsWrongly) {
+  const std::vector<ScenarioSpec> suite = default_scenarios();
+  CpuBackend cpu;
+  {
+    MutantRig rig(mutant("B17"), cpu);
+    const ScenarioResult r = check_scenario(*find_scenario(suite, "mlp_mse_equal"), *rig.backend, rig.loop, ErrorModel{});
+    ASSERT_FALSE(r.accumulation.problems.empty());
+    // split [[8, 8, 8, 8]]: micro-batches 1-3 start one sample early, at 7, 15 and 23.
+    EXPECT_EQ(r.accumulation.problems.front(),
+              "window 0: sample 7 (micro-batches 0 and 1) fed more than once; sample 31 never fed")
+        << r.accumulation.problems.front();
+    EXPECT_EQ(r.accumulation.status, Status::fail);
+    EXPECT_TRUE(r.kernel.problems.empty()) << "the full-batch run is correct code";
+  }
+  {
+    MutantRig rig(mutant("B6"), cpu);
+    const ScenarioResult r =
+        check_scenario(*find_scenario(suite, "partial_last_window"), *rig.backend, rig.loop, ErrorModel{});
+    ASSERT_EQ(r.accumulation.problems.size(), 1u);
+    EXPECT_EQ(r.accumulation.problems.front(), "window 2: none of its 8 samples was fed (the window was dropped?)");
+  }
+  for (const ScenarioSpec& s : suite) {
+    const ScenarioResult r = check_scenario(s, cpu, correct_loop(), ErrorModel{});
+    EXPECT_TRUE(r.accumulation.problems.empty() && r.kernel.problems.empty()) << s.name;
+  }
+}
+
 // The scale self-test's scenarios check: correct code passes every
 // scenario; a mutant stops it at the first scenario it fails, which is the
 // counterexample, and the scenarios after it are not run.

@@ -121,6 +121,37 @@ TEST(WindowSet, NonFiniteResultsFailTheVerdict) {
   EXPECT_NE(r.first_failure().find("non-finite"), std::string::npos) << r.first_failure();
 }
 
+// What a run fed is judged, not taken on trust: a sample fed twice (and so
+// another never), or micro-batches other than the declared split, fail the
+// accumulation verdict with the samples and micro-batches named, even where
+// every tensor agrees (here the run itself fed correctly; only its record
+// of what it fed is changed).
+TEST(WindowSet, WhatTheRunFedIsJudged) {
+  const fs::path dir = fresh_dir("fed");
+  dump("mlp_mse_equal", dir);  // split [[8, 8, 8, 8]]
+  nlohmann::json m = manifest(dir);
+  nlohmann::json& fed = m["runs"]["K_acc"]["windows"][0]["fed"];
+  ASSERT_EQ(fed.size(), 4u);
+  fed[1][0] = 0;  // sample 0 fed in micro-batches 0 and 1, sample 8 never
+  write_manifest(dir, m);
+  ScenarioResult r = verify_window_set(read_window_set(dir), ErrorModel{});
+  EXPECT_EQ(r.accumulation.status, Status::fail);
+  ASSERT_EQ(r.accumulation.problems.size(), 1u);
+  EXPECT_EQ(r.accumulation.problems[0],
+            "window 0: sample 0 (micro-batches 0 and 1) fed more than once; sample 8 never fed");
+  for (const TensorCheck& c : r.accumulation.checks) EXPECT_TRUE(c.passed()) << c.name;
+
+  fed[1][0] = 8;
+  fed[1].push_back(fed[0].back());  // the last sample of micro-batch 0 fed in micro-batch 1 instead
+  fed[0].erase(fed[0].size() - 1);
+  write_manifest(dir, m);
+  r = verify_window_set(read_window_set(dir), ErrorModel{});
+  ASSERT_EQ(r.accumulation.problems.size(), 1u);
+  EXPECT_EQ(r.accumulation.problems[0],
+            "window 0: fed in micro-batches of [7,9,8,8] samples, where the declared split is [8,8,8,8]");
+  EXPECT_FALSE(r.passed());
+}
+
 // Each class of bad input: a WindowSetError whose message names the file
 // and says what is wrong.
 struct BadCase {
@@ -181,12 +212,32 @@ TEST(WindowSet, BadInputIsRefusedWithTheFileNamed) {
        "is not recorded by this scenario"},
       {"a gradient of a skipped window",
        [](const fs::path&, nlohmann::json& m) { m["runs"]["K_acc"]["windows"][0]["skipped"] = true; },
-       "is skipped but has a gradient"},
+       "is skipped but has 'grad/layer0.weight'"},
+      {"no record of what was fed",
+       [](const fs::path&, nlohmann::json& m) { m["runs"]["K_acc"]["windows"][0].erase("fed"); }, ".fed: is missing"},
+      {"a fed index past the window",
+       [](const fs::path&, nlohmann::json& m) { m["runs"]["K_acc"]["windows"][0]["fed"][0][0] = 16; },
+       "index 16 is not a sample of the window (0 to 15"},
+      {"a missing gradient that is not a parameter",
+       [](const fs::path&, nlohmann::json& m) {
+         m["runs"]["K_acc"]["windows"][0]["missing_gradients"] = {"layer7.weight"};
+       },
+       "'layer7.weight' is not a trained parameter"},
+      {"a missing gradient that is there",
+       [](const fs::path&, nlohmann::json& m) {
+         m["runs"]["K_acc"]["windows"][0]["missing_gradients"] = {"layer0.weight"};
+       },
+       "lists grad/layer0.weight as missing but has it"},
+      {"an unknown key of a run's window",
+       [](const fs::path&, nlohmann::json& m) { m["runs"]["K_acc"]["windows"][0]["lr"] = 0.1; }, "unknown key 'lr'"},
+      {"a version 2 set (gradients after the clip)", [](const fs::path&, nlohmann::json& m) { m["schema_version"] = 2; },
+       "version 2 recorded the gradient after the clip"},
       {"model contradicts the scenario",
        [](const fs::path&, nlohmann::json& m) { m["model"]["layers"][0]["out_features"] = 99; },
        "\"model\" contradicts"},
       {"split contradicts the scenario",
-       [](const fs::path&, nlohmann::json& m) { m["windows"][0]["split"] = {1, 1}; }, "split contradicts"},
+       [](const fs::path&, nlohmann::json& m) { m["windows"][0]["split"] = {1, 1}; },
+       "windows[0].split [1,1] contradicts the scenario's split of the window [4,4,4,4]"},
       {"bad scenario key", [](const fs::path&, nlohmann::json& m) { m["scenario"]["learning_rat"] = 0.1; },
        "unknown key 'learning_rat'"},
       {"no accumulated run", [](const fs::path&, nlohmann::json& m) { m["runs"].erase("K_acc"); }, "K_acc"},
