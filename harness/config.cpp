@@ -304,6 +304,10 @@ nlohmann::json scenario_to_json(const ScenarioSpec& s) {
       {"loss_scale", p.loss_scaling.scale},
       {"dynamic_loss_scale", p.loss_scaling.dynamic},
   };
+  if (s.data == DataKind::files) {  // not generated: neither a data kind nor a seed to write
+    j.erase("data");
+    j.erase("seed");
+  }
   // Every key that applies, defaults included (the reader refuses the others).
   if (p.loss_scaling.dynamic) {
     j["growth_interval"] = p.loss_scaling.growth_interval;

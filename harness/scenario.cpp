@@ -42,6 +42,7 @@ ref::Matrix<double> draw(SeededRandom& rng, long rows, long cols, DataKind kind,
       case DataKind::padded_sequences: v = scale * rng.normal(); break;
       case DataKind::wide_range: v = scale * rng.normal() * std::ldexp(1.0, static_cast<int>(rng.integer(-10, 2))); break;
       case DataKind::dyadic: v = static_cast<double>(rng.integer(-2, 2)); break;
+      case DataKind::files: throw std::logic_error("data read from files is not generated");
     }
     m.data()[i] = as_float32(v);
   }
@@ -108,6 +109,7 @@ std::string data_kind_name(DataKind k) {
     case DataKind::wide_range: return "wide_range";
     case DataKind::padded_sequences: return "padded_sequences";
     case DataKind::dyadic: return "dyadic";
+    case DataKind::files: return "files";
   }
   return "?";
 }
@@ -148,13 +150,14 @@ std::string describe_procedure(const ref::ProcedureConfig& p) {
 
 std::string describe_scenario(const ScenarioSpec& s) {
   std::ostringstream os;
-  os << "model: " << ref::describe(s.model) << "; data: " << data_kind_name(s.data)
+  os << "model: " << ref::describe(s.model) << "; data: "
+     << (s.data == DataKind::files ? "read from files" : data_kind_name(s.data))
      << "; split: " << describe_split(s.split) << "; " << describe_procedure(s.procedure)
      << "; compute: " << dtype_name(s.precision.compute) << (s.precision.tf32 ? " (TF32 GEMMs)" : "")
      << (s.precision.reduced_precision_reduction ? " (reduced-precision reductions)" : "")
      << ", accumulate: " << dtype_name(s.precision.accumulate);
   if (s.checkpoint_every > 0) os << "; activation checkpointing every " << s.checkpoint_every << " layer(s)";
-  os << "; seed: " << s.seed;
+  if (s.data != DataKind::files) os << "; seed: " << s.seed;  // data read from files has none
   return os.str();
 }
 

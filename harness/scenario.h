@@ -23,6 +23,7 @@ enum class DataKind {
   wide_range,        // N(0, 1) scaled by 2^k, k uniform in [-10, 2], per element: 12 binades
   padded_sequences,  // token sequences of random length in [1, positions]; the rest is padding
   dyadic,            // small integers: float32 arithmetic on them is exact
+  files,             // not generated: read from a window set's files (gradeq verify)
 };
 
 std::string data_kind_name(DataKind k);

@@ -482,6 +482,7 @@ WindowSet read_checked(const std::filesystem::path& dir) {
   } catch (const std::invalid_argument& e) {
     throw WindowSetError(e.what());
   }
+  s.spec.data = DataKind::files;  // whatever generated it, verify reads the data from the files
   s.schema = run_schema(s.spec);
   // What a reader may carry for itself must agree with the scenario.
   if (m.contains("model") && m.at("model") != model_json(s.spec))

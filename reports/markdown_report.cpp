@@ -41,8 +41,10 @@ void scenario_section(std::ostringstream& md, const ScenarioResult& s) {
   for (const ref::ParameterInfo& p : s.schema.parameters)
     md << " " << p.name << " [" << p.rows << "×" << p.cols << "]";
   md << "\n";
-  md << "- data: " << data_kind_name(s.spec.data) << "; input rows × features per sample: " << s.spec.model.positions
-     << " × " << s.spec.model.input_features << "; seed " << s.spec.seed << "\n";
+  md << "- data: " << (s.spec.data == DataKind::files ? "read from the window set's files" : data_kind_name(s.spec.data))
+     << "; input rows × features per sample: " << s.spec.model.positions << " × " << s.spec.model.input_features;
+  if (s.spec.data != DataKind::files) md << "; seed " << s.spec.seed;
+  md << "\n";
   md << "- split (samples per micro-batch, one bracket per window): `" << describe_split(s.spec.split) << "`\n";
   md << "- precision: compute " << dtype_name(s.spec.precision.compute) << ", accumulation buffer "
      << dtype_name(s.spec.precision.accumulate) << "\n";

@@ -171,6 +171,67 @@ TEST(Equivalence, ForgottenOneOverNFailsTheGate) {
   EXPECT_GT(r.accumulation.worst_ratio, 10.0);
 }
 
+// A frozen parameter (requires_grad = False) has no gradient, no optimizer
+// state and no place in the clip's norm, and must not change: the loop
+// that leaves it alone passes; one that steps it anyway fails on its
+// weights, named.
+class StepsFrozenParameters : public TrainingLoop {
+ public:
+  using TrainingLoop::TrainingLoop;
+  void optimizer_step() override {
+    step_learning_rate_ = learning_rate();
+    backend_.optimizer_step(make_optimizer_step(procedure().optimizer, step_learning_rate_, step_), params_, grads_,
+                            first_moment_, second_moment_);
+    ++step_;
+  }
+};
+
+TEST(Equivalence, FrozenParametersStayAsTheyWere) {
+  const std::vector<ScenarioSpec> specs = parse_scenarios(R"(
+[[scenario]]
+name = "frozen_first_layer"
+input_features = 12
+layers = ["linear:24", "gelu", "layernorm", "linear:6"]
+loss = "mse"
+split = [[3, 5, 2, 6], [4, 4]]
+optimizer = "adamw"
+learning_rate = 1e-2
+weight_decay = 0.1
+clip_max_norm = 0.05
+frozen = ["layer0.weight", "layer0.bias"]
+)", "frozen.toml");
+  const ScenarioSpec& s = specs.front();
+  const Scenario scenario = materialize(s);
+  for (const RecordEntry& e : scenario.schema.entries)
+    EXPECT_FALSE(e.kind != RecordKind::parameter && e.name.find("layer0.") != std::string::npos)
+        << e.name << " recorded for a frozen parameter";
+  CpuBackend cpu;
+  const Runs runs = execute(scenario, cpu, correct_loop(), ErrorModel{});
+  const ScenarioResult r = judge(scenario, runs);
+  EXPECT_TRUE(r.passed()) << r.first_failure();
+  for (const KernelWindow& w : runs.k_acc.windows)
+    EXPECT_EQ(find_tensor(w, "param/layer0.weight").values,
+              std::vector<double>(scenario.initial_params[0].data(),
+                                  scenario.initial_params[0].data() + scenario.initial_params[0].size()));
+  const ScenarioResult stepped =
+      check_scenario(s, cpu, [](Backend& b) { return std::make_unique<StepsFrozenParameters>(b); }, ErrorModel{});
+  EXPECT_EQ(stepped.kernel.status, Status::fail);
+  EXPECT_NE(stepped.kernel.note.find("param/layer0."), std::string::npos) << stepped.kernel.note;
+  EXPECT_THROW(parse_scenarios("[[scenario]]\nname = \"x\"\ninput_features = 2\nlayers = [\"linear:2\"]\n"
+                               "split = [[1]]\nfrozen = [\"layer0.weight\", \"layer0.bias\"]\n", "all.toml"),
+               std::invalid_argument);
+  try {
+    parse_scenarios("[[scenario]]\nname = \"x\"\ninput_features = 2\nlayers = [\"linear:2\"]\nsplit = [[1]]\n"
+                    "frozen = [\"layer3.weight\"]\n", "bad.toml");
+    ADD_FAILURE() << "an unknown frozen parameter was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'layer3.weight' is not a parameter of the model (layer0.weight, "
+                                         "layer0.bias)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // Without dynamic loss scaling every run's first window starts from the
 // initial state and no kernel decision enters it, so execute() reuses the
 // reference's own first window. It must be bit for bit the window a run
