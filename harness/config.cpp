@@ -61,6 +61,7 @@ ref::LayerSpec layer(const std::string& s, const std::string& where) {
   const ref::LayerKind k = choose<ref::LayerKind>(s,
                                                   {{"relu", ref::LayerKind::relu},
                                                    {"gelu", ref::LayerKind::gelu},
+                                                   {"gelu_erf", ref::LayerKind::gelu_erf},
                                                    {"layernorm", ref::LayerKind::layer_norm},
                                                    {"batchnorm", ref::LayerKind::batch_norm},
                                                    {"rmsnorm", ref::LayerKind::rms_norm}},

@@ -7,7 +7,8 @@
 //   name = "my_mlp"
 //   input_features = 16
 //   positions = 1                       # rows per sample (token sequences)
-//   layers = ["linear:32", "gelu", "layernorm", "linear:4"]   # also batchnorm,
+//   layers = ["linear:32", "gelu", "layernorm", "linear:4"]   # gelu: tanh form;
+//                                       # also gelu_erf (nn.GELU()), batchnorm,
 //                                       # rmsnorm, groupnorm:<groups>
 //   loss = "mse"                        # or "cross_entropy"
 //   data = "normal"                     # wide_range, padded_sequences, dyadic

@@ -270,10 +270,12 @@ class ActivationOp : public TableOp {
   std::vector<Expectation> expected() override {
     const Matrix<Bounded> x = held(x_);
     Matrix<Bounded> e;
-    if (activation_ == Activation::relu) {
-      e = backward_ ? ref::relu_backward(x, held(dy_)) : ref::relu_forward(x);
-    } else {
-      e = backward_ ? ref::gelu_backward(x, held(dy_)) : ref::gelu_forward(x);
+    switch (activation_) {
+      case Activation::relu: e = backward_ ? ref::relu_backward(x, held(dy_)) : ref::relu_forward(x); break;
+      case Activation::gelu_tanh: e = backward_ ? ref::gelu_backward(x, held(dy_)) : ref::gelu_forward(x); break;
+      case Activation::gelu_erf:
+        e = backward_ ? ref::gelu_erf_backward(x, held(dy_)) : ref::gelu_erf_forward(x);
+        break;
     }
     return {{backward_ ? "dx" : "y", stored(e, ref::Storage::compute), &y_}};
   }
@@ -582,6 +584,8 @@ const std::vector<OpSpec>& op_table() {
       {"relu_backward", "dx = dy where x > 0", wide, make<ActivationOp>(Activation::relu, true)},
       {"gelu_forward", "GELU, tanh form", wide, make<ActivationOp>(Activation::gelu_tanh, false)},
       {"gelu_backward", "GELU's derivative times dy", wide, make<ActivationOp>(Activation::gelu_tanh, true)},
+      {"gelu_erf_forward", "GELU, erf form (nn.GELU())", wide, make<ActivationOp>(Activation::gelu_erf, false)},
+      {"gelu_erf_backward", "GELU's (erf form) derivative times dy", wide, make<ActivationOp>(Activation::gelu_erf, true)},
       {"layer_norm", "LayerNorm forward and backward", norm, make<NormOp>(NormKind::layer)},
       {"rms_norm", "RMSNorm forward and backward", norm, make<NormOp>(NormKind::rms)},
       {"group_norm", "GroupNorm forward and backward", norm, make<NormOp>(NormKind::group)},

@@ -423,6 +423,7 @@ void TrainingLoop::forward_layer(std::size_t l, long rows, bool update_running_s
     case ref::LayerKind::linear: backend_.linear_forward(x, p[0], p[1], y); break;
     case ref::LayerKind::relu: backend_.activation_forward(Activation::relu, x, y); break;
     case ref::LayerKind::gelu: backend_.activation_forward(Activation::gelu_tanh, x, y); break;
+    case ref::LayerKind::gelu_erf: backend_.activation_forward(Activation::gelu_erf, x, y); break;
     case ref::LayerKind::layer_norm:
     case ref::LayerKind::batch_norm:
     case ref::LayerKind::group_norm:
@@ -480,6 +481,7 @@ double TrainingLoop::forward_loss_backward(const ref::Batch& mb, float scale, co
           break;
         case ref::LayerKind::relu: backend_.activation_backward(Activation::relu, x, dy, dx); break;
         case ref::LayerKind::gelu: backend_.activation_backward(Activation::gelu_tanh, x, dy, dx); break;
+        case ref::LayerKind::gelu_erf: backend_.activation_backward(Activation::gelu_erf, x, dy, dx); break;
         case ref::LayerKind::layer_norm:
         case ref::LayerKind::batch_norm:
         case ref::LayerKind::group_norm:

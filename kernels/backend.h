@@ -32,7 +32,7 @@ struct Tensor {
   bool empty() const { return size() == 0; }
 };
 
-enum class Activation { relu, gelu_tanh };
+enum class Activation { relu, gelu_tanh, gelu_erf };
 
 enum class NormKind {
   layer,  // statistics over one row

@@ -28,6 +28,20 @@ GRADEQ_HD inline float gelu_tanh_grad(float x, float dy) {
   return dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * inner_grad);
 }
 
+// GELU, exact (erf) form, PyTorch's nn.GELU() default: x Phi(x), Phi the
+// standard normal CDF 0.5 (1 + erf(x / sqrt 2)); its slope Phi(x) + x phi(x),
+// phi = exp(-x^2 / 2) / sqrt(2 pi).
+inline constexpr float kSqrtHalf = 0.7071067811865476f;
+inline constexpr float kInvSqrt2Pi = 0.3989422804014327f;
+
+GRADEQ_HD inline float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * kSqrtHalf)); }
+
+GRADEQ_HD inline float gelu_erf_grad(float x, float dy) {
+  const float cdf = 0.5f * (1.0f + erff(x * kSqrtHalf));
+  const float pdf = kInvSqrt2Pi * expf(-0.5f * x * x);
+  return dy * (cdf + x * pdf);
+}
+
 // d/dy of the per-row MSE (1/D) sum (y - t)^2, times scale.
 GRADEQ_HD inline float mse_grad(float y, float t, float inv_cols, float scale) {
   return scale * (2.0f * inv_cols * (y - t));

@@ -109,8 +109,8 @@ rc::Gen<ScenarioSpec> independent_scenario() {
     for (long b = 0; b < hidden_blocks; ++b) {
       const long width = *awkward_width();
       s.model.layers.push_back({LayerKind::linear, width});
-      const LayerKind kind = *rc::gen::element(LayerKind::relu, LayerKind::gelu, LayerKind::layer_norm,
-                                               LayerKind::group_norm, LayerKind::rms_norm);
+      const LayerKind kind = *rc::gen::element(LayerKind::relu, LayerKind::gelu, LayerKind::gelu_erf,
+                                               LayerKind::layer_norm, LayerKind::group_norm, LayerKind::rms_norm);
       s.model.layers.push_back({kind, 0, kind == LayerKind::group_norm ? *group_count(width) : 0});
       if (ref::is_norm(kind) && *rc::gen::arbitrary<bool>()) s.model.layers.push_back({LayerKind::gelu, 0});
     }
@@ -137,7 +137,7 @@ rc::Gen<ScenarioSpec> batchnorm_scenario() {
     s.model.input_features = *awkward_width();
     const long width = *awkward_width();
     s.model.layers = {{LayerKind::linear, width}, {LayerKind::batch_norm, 0}};
-    s.model.layers.push_back({*rc::gen::element(LayerKind::relu, LayerKind::gelu), 0});
+    s.model.layers.push_back({*rc::gen::element(LayerKind::relu, LayerKind::gelu, LayerKind::gelu_erf), 0});
     if (*rc::gen::arbitrary<bool>()) {
       s.model.layers.push_back({LayerKind::linear, *awkward_width()});
       s.model.layers.push_back({LayerKind::batch_norm, 0});

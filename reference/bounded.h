@@ -728,6 +728,12 @@ inline double exp_error(double x, double e) {
 }
 // |log(x') - log(x)| <= -log(1 - e/x) for e < x.
 inline double log_error(double x, double e) { return e < x ? -std::log1p(-e / x) : kInf; }
+// erf' = (2 / sqrt pi) exp(-x^2) is decreasing in |x|: sup over the
+// interval is at |x| - e.
+inline double erf_error(double x, double e) {
+  const double nearest = std::max(0.0, std::abs(x) - e);
+  return e * 1.1283791670955126 * std::exp(-nearest * nearest);
+}
 // tanh' = sech^2 is decreasing in |x|: sup over the interval is at |x| - e.
 inline double tanh_error(double x, double e) {
   const double nearest = std::max(0.0, std::abs(x) - e);
@@ -798,6 +804,18 @@ inline Bounded within_interval(const Bounded& x, double lo, double hi);
 inline Bounded tanh(const Bounded& x) {
   const double t = std::tanh(x.value);
   const Bounded out = detail::unary(x, t, detail::tanh_error, 1.0 - t * t, 4.0 / (3.0 * std::sqrt(3.0)));
+  const double reach = 1.0 + 2.0 * rounding_model().transcendental_ulps * rounding_model().arithmetic_u;
+  return within_interval(out, -reach, reach);
+}
+
+inline double erf(double x) { return std::erf(x); }
+// |erf''| = (4 / sqrt pi) |x| exp(-x^2) <= 2 sqrt(2 / pi) exp(-1/2) everywhere
+// (at |x| = 1 / sqrt 2). And |erf| <= 1 a priori (the kernel's within its
+// transcendental error).
+inline Bounded erf(const Bounded& x) {
+  const double v = std::erf(x.value);
+  const Bounded out = detail::unary(x, v, detail::erf_error, 1.1283791670955126 * std::exp(-x.value * x.value),
+                                    2.0 * std::sqrt(2.0 / M_PI) * std::exp(-0.5));
   const double reach = 1.0 + 2.0 * rounding_model().transcendental_ulps * rounding_model().arithmetic_u;
   return within_interval(out, -reach, reach);
 }

@@ -194,6 +194,40 @@ Matrix<T> gelu_backward(const Matrix<T>& x, const Matrix<T>& dy) {
   return dx;
 }
 
+// GELU, exact (erf) form: x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)).
+inline constexpr double kSqrtHalf = 0.7071067811865476;
+inline constexpr double kInvSqrt2Pi = 0.3989422804014327;
+// -min gelu'(x) = max gelu'(x) - 1 = Phi(-sqrt 2) - sqrt(2) phi(sqrt 2)
+// = 0.1289041..., rounded up.
+inline constexpr double kGeluErfSlopeReach = 0.12891;
+
+template <class T>
+Matrix<T> gelu_erf_forward(const Matrix<T>& x) {
+  Matrix<T> y(x.rows(), x.cols());
+  for (long i = 0; i < x.size(); ++i) {
+    const T& v = x.data()[i];
+    y.data()[i] = T(0.5) * v * (T(1.0) + erf(v * T(kSqrtHalf)));
+  }
+  return y;
+}
+
+// d/dx = Phi(x) + x phi(x) = 0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi)
+template <class T>
+Matrix<T> gelu_erf_backward(const Matrix<T>& x, const Matrix<T>& dy) {
+  Matrix<T> dx(x.rows(), x.cols());
+  for (long i = 0; i < x.size(); ++i) {
+    const T& v = x.data()[i];
+    const T cdf = T(0.5) * (T(1.0) + erf(v * T(kSqrtHalf)));
+    const T pdf = T(kInvSqrt2Pi) * exp(T(-0.5) * v * v);
+    // gelu' lies within [-0.12891, 1.12891] for every x (its extremes at
+    // x = -+sqrt 2), so its error is bounded whatever x's is.
+    const T grad = within_interval(cdf + v * pdf, -kGeluErfSlopeReach * a_priori_margin(1),
+                                   (1.0 + kGeluErfSlopeReach) * a_priori_margin(1));
+    dx.data()[i] = dy.data()[i] * grad;
+  }
+  return dx;
+}
+
 // ------------------------------------------------------------ normalizers
 //
 // All four normalizers share one shape: statistics over a set of elements,

@@ -10,6 +10,7 @@ std::string layer_name(LayerKind kind) {
     case LayerKind::linear: return "linear";
     case LayerKind::relu: return "relu";
     case LayerKind::gelu: return "gelu";
+    case LayerKind::gelu_erf: return "gelu_erf";
     case LayerKind::layer_norm: return "layernorm";
     case LayerKind::batch_norm: return "batchnorm";
     case LayerKind::group_norm: return "groupnorm";
@@ -85,7 +86,8 @@ std::vector<ParameterInfo> parameter_layout(const ModelSpec& spec) {
         break;
       case LayerKind::rms_norm: out.push_back({prefix + "weight", static_cast<long>(l), 1, in}); break;
       case LayerKind::relu:
-      case LayerKind::gelu: break;
+      case LayerKind::gelu:
+      case LayerKind::gelu_erf: break;
     }
   }
   return out;

@@ -17,7 +17,7 @@
 
 namespace gradeq::ref {
 
-enum class LayerKind { linear, relu, gelu, layer_norm, batch_norm, group_norm, rms_norm };
+enum class LayerKind { linear, relu, gelu, gelu_erf, layer_norm, batch_norm, group_norm, rms_norm };
 enum class LossKind { mse, cross_entropy };
 
 struct LayerSpec {
@@ -101,6 +101,7 @@ Tape<T> forward(const ModelSpec& spec, const Tensors<T>& params, const Matrix<T>
       case LayerKind::linear: h = linear_forward(h, p[0], p[1]); break;
       case LayerKind::relu: h = relu_forward(h); break;
       case LayerKind::gelu: h = gelu_forward(h); break;
+      case LayerKind::gelu_erf: h = gelu_erf_forward(h); break;
       case LayerKind::layer_norm:
       case LayerKind::batch_norm:
       case LayerKind::group_norm:
@@ -163,6 +164,7 @@ Tensors<T> backward_pass(const ModelSpec& spec, const Tensors<T>& params, const 
         break;
       case LayerKind::relu: dx = relu_backward(x, dy); break;
       case LayerKind::gelu: dx = gelu_backward(x, dy); break;
+      case LayerKind::gelu_erf: dx = gelu_erf_backward(x, dy); break;
       case LayerKind::layer_norm:
       case LayerKind::batch_norm:
       case LayerKind::group_norm:

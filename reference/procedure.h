@@ -460,7 +460,7 @@ struct StepRecord {
   // of the same schedule may put it: each of the two evaluations is within
   // about 7.2 u64 lr_0 of the exact value (a few roundings of a multiplier
   // at most 1, and cos within one ulp), so 16 u64 lr_0 apart, lr_0 the base
-  // rate (NUMERICS §5, "The learning rate").
+  // rate (NUMERICS §4, "The learning rate").
   double learning_rate = 0.0, learning_rate_bound = 0.0;
   T clip_norm = T(0.0), clip_coefficient = T(1.0);
   Tensors<T> clipped;  // empty where the procedure does not clip

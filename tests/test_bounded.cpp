@@ -397,6 +397,37 @@ TEST(Bounded, GeluSlopeLiesWithinItsInterval) {
   EXPECT_GT(highest, 1.128);
 }
 
+// The same for the erf form, whose slope reaches -0.1289041 at x = -sqrt 2.
+TEST(Bounded, GeluErfSlopeLiesWithinItsInterval) {
+  float lowest = 1.0f, highest = 0.0f;
+  for (int i = -200000; i <= 200000; ++i) {
+    const float g = element::gelu_erf_grad(static_cast<float>(i) * 1e-4f, 1.0f);
+    lowest = std::min(lowest, g);
+    highest = std::max(highest, g);
+  }
+  EXPECT_GE(lowest, -kGeluErfSlopeReach);
+  EXPECT_LE(highest, 1.0 + kGeluErfSlopeReach);
+  EXPECT_LT(lowest, -0.1288);
+  EXPECT_GT(highest, 1.1288);
+  // Far out it stays finite (no 0 * Inf as in the tanh form's x^3).
+  EXPECT_EQ(element::gelu_erf_grad(1e30f, 1.0f), 1.0f);
+  EXPECT_EQ(element::gelu_erf_grad(-1e30f, 1.0f), 0.0f);
+}
+
+// erf's rule holds where the kernel's erff is evaluated on a perturbed
+// operand: |erff(x') - erf(x)| within the propagated bound, over a sweep.
+TEST(Bounded, ErfBoundsTheKernelsErf) {
+  for (int i = -4000; i <= 4000; ++i) {
+    const double x = i * 1e-3;
+    const Bounded b = Bounded::with_bounds(x, 1e-6, 0.0);
+    const Bounded y = erf(b);
+    for (const double e : {-1e-6, 0.0, 1e-6}) {
+      const double kernel = erff(static_cast<float>(x + e));
+      EXPECT_LE(std::abs(kernel - y.value), y.kernel_bound) << "x = " << x << ", e = " << e;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gradeq::ref
 

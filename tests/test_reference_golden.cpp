@@ -38,6 +38,14 @@ TEST(ReferenceGolden, GeluTanh) {
   expect_matches_golden(ref::gelu_backward(x, dy), matrix(g["dx"]), "dx");
 }
 
+// nn.GELU()'s default, the erf form (tests/golden/make_goldens.py).
+TEST(ReferenceGolden, GeluErf) {
+  const auto g = golden("gelu_erf");
+  const auto x = lift<Bounded>(matrix(g["x"])), dy = lift<Bounded>(matrix(g["dy"]));
+  expect_matches_golden(ref::gelu_erf_forward(x), matrix(g["y"]), "y");
+  expect_matches_golden(ref::gelu_erf_backward(x, dy), matrix(g["dx"]), "dx");
+}
+
 // PyTorch's CPU normalizers compute moments in one pass, var = E[x^2] -
 // E[x]^2, whose float64 error is relative to E[x^2], not to the variance
 // (NUMERICS §6). The reference bounds that algorithm with the same rules, and

@@ -70,6 +70,12 @@ TEST_F(ReferenceGradients, GeluTanh) {
                           ref::gelu_backward(x, probe), "dx");
 }
 
+TEST_F(ReferenceGradients, GeluErf) {
+  const auto x = random_matrix(rng, 4, 9, 2.0), probe = random_matrix(rng, 4, 9);
+  expect_gradient_matches([&](const auto& v) { return probe_sum(ref::gelu_erf_forward(v), probe); }, x,
+                          ref::gelu_erf_backward(x, probe), "dx");
+}
+
 TEST_F(ReferenceGradients, LayerNorm) {
   const ref::NormShape shape{ref::NormKind::layer, 1, 1, 1e-5};
   const auto x = random_matrix(rng, 3, 8, 2.0), probe = random_matrix(rng, 3, 8);

@@ -231,10 +231,16 @@ void CpuBackend::activation_forward(Activation a, const Tensor& x, const Tensor&
   const long n = x.size();
   dispatch(y.dtype, [&](auto dt) {
     constexpr DType D = decltype(dt)::value;
-    if (a == Activation::relu) {
-      for (long i = 0; i < n; ++i) yv[i] = store<D>(element::relu(xv[i]));
-    } else {
-      for (long i = 0; i < n; ++i) yv[i] = store<D>(element::gelu_tanh(xv[i]));
+    switch (a) {
+      case Activation::relu:
+        for (long i = 0; i < n; ++i) yv[i] = store<D>(element::relu(xv[i]));
+        break;
+      case Activation::gelu_tanh:
+        for (long i = 0; i < n; ++i) yv[i] = store<D>(element::gelu_tanh(xv[i]));
+        break;
+      case Activation::gelu_erf:
+        for (long i = 0; i < n; ++i) yv[i] = store<D>(element::gelu_erf(xv[i]));
+        break;
     }
   });
 }
@@ -247,10 +253,16 @@ void CpuBackend::activation_backward(Activation a, const Tensor& x, const Tensor
   const long n = x.size();
   dispatch(dx.dtype, [&](auto dt) {
     constexpr DType D = decltype(dt)::value;
-    if (a == Activation::relu) {
-      for (long i = 0; i < n; ++i) dxv[i] = store<D>(element::relu_grad(xv[i], dyv[i]));
-    } else {
-      for (long i = 0; i < n; ++i) dxv[i] = store<D>(element::gelu_tanh_grad(xv[i], dyv[i]));
+    switch (a) {
+      case Activation::relu:
+        for (long i = 0; i < n; ++i) dxv[i] = store<D>(element::relu_grad(xv[i], dyv[i]));
+        break;
+      case Activation::gelu_tanh:
+        for (long i = 0; i < n; ++i) dxv[i] = store<D>(element::gelu_tanh_grad(xv[i], dyv[i]));
+        break;
+      case Activation::gelu_erf:
+        for (long i = 0; i < n; ++i) dxv[i] = store<D>(element::gelu_erf_grad(xv[i], dyv[i]));
+        break;
     }
   });
 }

@@ -10,10 +10,28 @@ namespace {
 
 using namespace cuda;
 
+__device__ float activation(Activation a, float v) {
+  switch (a) {
+    case Activation::relu: return element::relu(v);
+    case Activation::gelu_tanh: return element::gelu_tanh(v);
+    case Activation::gelu_erf: return element::gelu_erf(v);
+  }
+  return v;
+}
+
+__device__ float activation_grad(Activation a, float v, float d) {
+  switch (a) {
+    case Activation::relu: return element::relu_grad(v, d);
+    case Activation::gelu_tanh: return element::gelu_tanh_grad(v, d);
+    case Activation::gelu_erf: return element::gelu_erf_grad(v, d);
+  }
+  return d;
+}
+
 __global__ void activation_forward_kernel(Activation a, const void* x, DType tx, void* y, DType ty, long n) {
   for (long i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += static_cast<long>(gridDim.x) * blockDim.x) {
     const float v = load(x, tx, i);
-    store(y, ty, i, a == Activation::relu ? element::relu(v) : element::gelu_tanh(v));
+    store(y, ty, i, activation(a, v));
   }
 }
 
@@ -21,7 +39,7 @@ __global__ void activation_backward_kernel(Activation a, const void* x, DType tx
                                            DType tdx, long n) {
   for (long i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += static_cast<long>(gridDim.x) * blockDim.x) {
     const float v = load(x, tx, i), d = load(dy, tdy, i);
-    store(dx, tdx, i, a == Activation::relu ? element::relu_grad(v, d) : element::gelu_tanh_grad(v, d));
+    store(dx, tdx, i, activation_grad(a, v, d));
   }
 }
 
