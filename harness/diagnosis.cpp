@@ -53,10 +53,20 @@ double constant_factor(const std::vector<const TensorCheck*>& checks) {
     hi = std::max(hi, f);
   }
   if (!(lo <= hi) || !(hi - lo <= kFactorSpread * std::abs(hi))) return 0.0;
-  return 0.5 * (lo + hi);
+  const double f = 0.5 * (lo + hi);
+  return std::abs(f - 1.0) >= kFactorAwayFromOne ? f : 0.0;
 }
 
-void diagnose_group(const Group& g, std::vector<std::string>& out) {
+// Whether a parameter's or its optimizer state's check is of a parameter
+// the run had no gradient for.
+bool of_one_without_gradient(const TensorCheck& c, const std::vector<std::string>& without_gradient) {
+  const std::string name = base_name(c.name);
+  for (const std::string& p : without_gradient)
+    if (name == "param/" + p || name.starts_with("state/" + p + ".")) return true;
+  return false;
+}
+
+void diagnose_group(const Group& g, const std::vector<std::string>& without_gradient, std::vector<std::string>& out) {
   // A constant factor on the gradient, window by window; consecutive
   // windows with the same factor said once, before the rest.
   std::vector<std::pair<std::vector<long>, double>> factors;
@@ -98,8 +108,11 @@ void diagnose_group(const Group& g, std::vector<std::string>& out) {
       lines.push_back(what + " (clipped per micro-batch? before the unscale? another max_norm?)");
       clip_said = true;
     }
-    const bool weights_failed =
-        any_failed(checks, RecordKind::parameter) || any_failed(checks, RecordKind::optimizer_state);
+    bool weights_failed = false;
+    for (const TensorCheck* c : checks)
+      if ((c->kind == RecordKind::parameter || c->kind == RecordKind::optimizer_state) && !c->passed() &&
+          !of_one_without_gradient(*c, without_gradient))
+        weights_failed = true;
     if (!gradient_failed && !clip_failed && !(lr && !lr->passed()) && weights_failed && !step_said) {
       lines.push_back("window " + std::to_string(w) +
                       ": the gradient, the learning rate and the clip agree, the weights or the optimizer state do "
@@ -122,7 +135,7 @@ void diagnose_group(const Group& g, std::vector<std::string>& out) {
 }  // namespace
 
 std::vector<std::string> diagnose(const std::vector<TensorCheck>& checks, const std::string& run,
-                                  const std::string& reference) {
+                                  const std::string& reference, const std::vector<std::string>& without_gradient) {
   std::map<std::string, Group> groups;  // by prefix
   for (const TensorCheck& c : checks) {
     const std::string prefix = c.name.starts_with("acc: ") ? "acc" : c.name.starts_with("full: ") ? "full" : "";
@@ -135,7 +148,7 @@ std::vector<std::string> diagnose(const std::vector<TensorCheck>& checks, const 
   }
   std::vector<std::string> out;
   for (const char* prefix : {"", "acc", "full"})
-    if (groups.count(prefix)) diagnose_group(groups.at(prefix), out);
+    if (groups.count(prefix)) diagnose_group(groups.at(prefix), without_gradient, out);
   return out;
 }
 

@@ -18,11 +18,17 @@ namespace gradeq {
 // a window's error to be called a constant factor.
 inline constexpr double kFactorCosine = 0.9999;
 inline constexpr double kFactorSpread = 1e-3;
+// ... and how far from 1 the factor must be: a normaliser off by one item
+// in a hundred is; the slight, uniform shrinking of a gradient rounded to
+// bfloat16 (0.9996) is not a normalisation.
+inline constexpr double kFactorAwayFromOne = 0.01;
 
 // `checks` of one verdict; their names carry "acc: " / "full: " where the
 // verdict judges two runs (kernel correctness). `run` and `reference` name
 // what was compared where the names carry no prefix ("K_acc", "R_full").
+// `without_gradient`: parameters the run had no gradient for (their weights
+// differ for that reason, said by the verdict's problems).
 std::vector<std::string> diagnose(const std::vector<TensorCheck>& checks, const std::string& run,
-                                  const std::string& reference);
+                                  const std::string& reference, const std::vector<std::string>& without_gradient = {});
 
 }  // namespace gradeq

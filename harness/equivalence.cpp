@@ -341,17 +341,23 @@ ScenarioResult judge(const Scenario& scenario, const Runs& runs) {
   }
   // What the runs under test fed and recorded: K_acc's under the
   // accumulation verdict, K_full's under kernel correctness.
+  // K_acc's under kernel correctness too, which judges it against R_acc.
   result.accumulation.problems = procedure_problems(spec.split, runs.k_acc);
+  for (const std::string& p : result.accumulation.problems) result.kernel.problems.push_back("accumulated run, " + p);
   if (!runs.k_full.windows.empty()) {
     for (std::string& p : procedure_problems(full_batch_split(spec.split), runs.k_full))
       result.kernel.problems.push_back("full-batch run, " + p);
   }
+  std::vector<std::string> without_gradient;
+  for (const KernelRun* run : {&runs.k_acc, &runs.k_full})
+    for (const KernelWindow& w : run->windows)
+      without_gradient.insert(without_gradient.end(), w.missing_gradients.begin(), w.missing_gradients.end());
   conclude(result.math, !equivalent);
   conclude(result.kernel, false);
   conclude(result.accumulation, !equivalent);
   for (auto [v, run, reference] : {std::tuple{&result.math, "R_acc", "R_full"}, std::tuple{&result.kernel, "K", "R"},
                                    std::tuple{&result.accumulation, "K_acc", "R_full"}})
-    if (v->status == Status::fail) v->diagnosis = diagnose(v->checks, run, reference);
+    if (v->status == Status::fail) v->diagnosis = diagnose(v->checks, run, reference, without_gradient);
   result.vacuous = !any_nonzero_gradient;
   ScenarioMemory& memory = result.memory;
   memory.accumulated = runs.k_acc.memory;

@@ -2,39 +2,48 @@
 
 A window set (docs/VERIFY.md) is a directory with manifest.json and NumPy
 .npy files: the scenario (model, loss, split, optimizer and every
-hyper-parameter, as gradeq's config keys), each window's inputs and
-targets, the initial parameters, and per window the run's gradients as the
-optimizer used them, its parameters after the step and its optimizer
-state. `gradeq verify DIR` then computes gradeq's float64 reference from
-the same inputs and judges the run with the same verdicts and bounds as
-`gradeq check`.
+hyper-parameter, as gradeq's config keys), each window's batch, the
+initial parameters, and per window what the run fed and recorded: the
+gradient as accumulation made it (before the clip), the clip, the learning
+rate, the weights after the step and the optimizer state. `gradeq verify
+DIR` then computes gradeq's float64 reference from the same inputs and
+judges the run with the same verdicts and bounds as `gradeq check`.
 
-NumPy only: WindowSetWriter. With PyTorch: TorchRecorder wraps a loop
-over an nn.Sequential of Linear, ReLU, GELU(approximate="tanh"),
-LayerNorm, BatchNorm1d and GroupNorm layers; layers_of() derives gradeq's
-layer list from such a model.
+NumPy only: WindowSetWriter, the format itself. With PyTorch: TorchRecorder
+records a loop over a model that is a chain of Linear, ReLU, GELU (either
+form), LayerNorm, BatchNorm1d, GroupNorm and Dropout (p = 0, or in eval
+mode) layers, an nn.Sequential or any module torch.fx traces into such a
+chain. It reads what it can from the objects themselves (the optimizer and
+its hyper-parameters, the split, the clip, the layers and their eps, the
+frozen parameters, the dtypes, the loss scaler) and refuses a scenario key
+that contradicts them.
 
-    rec = TorchRecorder("out", model, optimizer, scenario)
-    for w, window in enumerate(windows):
+    rec = TorchRecorder("out", model, optimizer, {"name": "my_loop"})
+    for x, y in windows:                          # one optimizer step each
+        rec.begin_window(x, y)                    # the window's batch
         optimizer.zero_grad()
-        for x, y in window:                       # the micro-batches
-            rec.micro_batch(x, y)
-            loss_fn(model(x), y).backward()
-        clip_grad_norm_(model.parameters(), max_norm)
-        rec.before_step()                         # the gradients the step uses
+        for xb, yb in micro_batches(x, y):
+            rec.micro_batch(xb, yb)               # what is fed
+            loss_fn(model(xb), yb).backward()
+        rec.clip_grad_norm_(model.parameters(), 1.0)   # torch's, recorded
+        rec.before_step()
         optimizer.step(); scheduler.step()
-        rec.after_step()                          # weights and optimizer state
+        rec.after_step()
     rec.close()                                   # manifest.json
+
+Every refusal is a ValueError that names the module, tensor or setting.
 """
 
 import json
+import math
 import os
 
 import numpy as np
 
 FORMAT = "gradeq-window-set"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 IGNORE_CLASS = -100  # padding tokens, PyTorch's ignore_index
+CLIP_EPSILON = 1e-6  # clip_grad_norm_'s, part of its definition
 
 
 def _file(run, window, tensor):
@@ -44,23 +53,25 @@ def _file(run, window, tensor):
     return name + ".npy"
 
 
-def _as_matrix(a, dtype):
-    a = np.asarray(a, dtype=dtype)
+def _as_matrix(a, dtype, what):
+    a = np.asarray(a)
+    if a.dtype.kind not in "fiub":
+        raise ValueError("%s: values of dtype %s are not numbers" % (what, a.dtype))
+    a = a.astype(dtype)
     if a.ndim == 0:
         return a.reshape(1, 1)
     if a.ndim == 1:
         return a.reshape(1, -1)  # vectors are [1, n] in gradeq
     if a.ndim != 2:
-        raise ValueError("gradeq tensors are matrices; got shape %s" % (a.shape,))
+        raise ValueError("%s: gradeq tensors are matrices; got shape %s" % (what, a.shape))
     return np.ascontiguousarray(a)
 
 
 class WindowSetWriter:
     """The format itself, from NumPy arrays.
 
-    scenario: gradeq config keys (harness/config.h), at least name,
-    input_features, layers, split; positions, loss, optimizer,
-    learning_rate, ... as the run had them. Parameter names are gradeq's:
+    scenario: gradeq config keys (harness/config.h): at least name,
+    input_features, layers, split. Parameter names are gradeq's:
     "layer<l>.weight" / "layer<l>.bias" for the l-th layer of `layers`.
     """
 
@@ -72,7 +83,9 @@ class WindowSetWriter:
             if f.endswith(".npy") or f == "manifest.json":
                 os.remove(os.path.join(directory, f))
         self.windows = []
+        self.window_data = []  # (inputs, targets or classes) as written, for a second run to match
         self.initial = {}
+        self.initial_values = {}  # as given, for a second run to match
         self.initial_state = {}
         self.runs = {}
 
@@ -81,36 +94,49 @@ class WindowSetWriter:
         return file
 
     def set_initial(self, name, value):
-        self.initial[name] = self._save("initial_%s.npy" % name, _as_matrix(value, np.float32))
+        self.initial_values[name] = np.array(value, copy=True)  # not a view of a tensor that trains on
+        self.initial[name] = self._save("initial_%s.npy" % name, _as_matrix(value, np.float32, name))
 
     def set_initial_state(self, entry, value):
         """The state the first window starts from, where it is not fresh:
         "state/layer0.weight.exp_avg", "stats/layer1.running_mean", "state/step", ..."""
-        self.initial_state[entry] = self._save(_file("initial", 0, entry), _as_matrix(value, np.float32))
+        self.initial_state[entry] = self._save(_file("initial", 0, entry), _as_matrix(value, np.float32, entry))
 
     def add_window(self, inputs, targets=None, classes=None, split=None):
+        """The window's batch: inputs [rows, features]; targets [rows, outputs]
+        (mse) or classes [rows] (cross-entropy, -100 = padding); the declared
+        split in samples."""
         w = len(self.windows)
-        entry = {"inputs": self._save("window%d_inputs.npy" % w, _as_matrix(inputs, np.float32))}
+        x = _as_matrix(inputs, np.float32, "window %d inputs" % w)
+        entry = {"inputs": self._save("window%d_inputs.npy" % w, x)}
         if split is not None:
             entry["split"] = [int(s) for s in split]
         if targets is not None:
-            entry["targets"] = self._save("window%d_targets.npy" % w, _as_matrix(targets, np.float32))
+            y = _as_matrix(targets, np.float32, "window %d targets" % w)
+            entry["targets"] = self._save("window%d_targets.npy" % w, y)
         if classes is not None:
-            entry["classes"] = self._save("window%d_classes.npy" % w,
-                                          np.asarray(classes, dtype=np.int64).reshape(-1))
+            y = np.asarray(classes, dtype=np.int64).reshape(-1)
+            entry["classes"] = self._save("window%d_classes.npy" % w, y)
         self.windows.append(entry)
+        self.window_data.append((x, y))
 
-    def add_result(self, run, window, tensors, skipped=False, loss=None):
-        """tensors: {"grad/layer0.weight": array, "param/...", "state/...", "stats/..."}."""
+    def add_result(self, run, window, tensors, fed, skipped=False, loss=None, missing_gradients=()):
+        """tensors: {"grad/layer0.weight": array, "clip/norm", "step/lr", "param/...",
+        "state/...", "stats/..."}; fed: per micro-batch, the indices of the
+        window's samples it fed (-1: a sample not in the window)."""
         windows = self.runs.setdefault(run, [])
         while len(windows) <= window:
-            windows.append({"skipped": False, "tensors": {}})
+            windows.append({"skipped": False, "fed": [], "tensors": {}})
         entry = windows[window]
         entry["skipped"] = bool(skipped)
+        entry["fed"] = [[int(i) for i in mb] for mb in fed]
+        if missing_gradients:
+            entry["missing_gradients"] = list(missing_gradients)
         if loss is not None:
             entry["loss"] = float(loss)
         for name, value in tensors.items():
-            entry["tensors"][name] = self._save(_file(run, window, name), _as_matrix(value, np.float32))
+            dtype = np.float64 if name == "step/lr" else np.float32  # the learning rate is a float64 setting
+            entry["tensors"][name] = self._save(_file(run, window, name), _as_matrix(value, dtype, name))
 
     def close(self):
         runs = {name: {"role": "kernel", "split": "accumulated" if name == "K_acc" else "full", "windows": ws}
@@ -127,117 +153,599 @@ class WindowSetWriter:
 # ------------------------------------------------------------------ PyTorch
 
 
-def layers_of(model):
-    """gradeq's layer list for an nn.Sequential (raises on what gradeq does not model)."""
-    import torch.nn as nn
+def _torch():
+    import torch
+    return torch
 
-    layers = []
-    for i, m in enumerate(model):
+
+def _same(a, b):
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b or a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return float(a) == float(b)
+    return a == b
+
+
+class ModelLayers:
+    """A model as gradeq's chain of layers: `layers` (config syntax), the
+    gradeq name of each trained torch parameter, norm_eps and
+    batchnorm_momentum where the model has normalizers, and the frozen
+    parameters. Raises ValueError naming the module gradeq does not model."""
+
+    def __init__(self, model):
+        torch = _torch()
+        import torch.nn as nn
+        import torch.nn.functional as F
+        import torch.fx as fx
+
+        if not isinstance(model, nn.Module):
+            raise ValueError("the model must be a torch.nn.Module, got %s" % type(model).__name__)
+        leaves = (nn.Linear, nn.ReLU, nn.GELU, nn.LayerNorm, nn.BatchNorm1d, nn.GroupNorm, nn.Dropout, nn.Identity)
+        rms = getattr(nn, "RMSNorm", None)
+        if rms is not None:
+            leaves += (rms,)
+
+        class Tracer(fx.Tracer):
+            # A subclass of a layer gradeq models (a Linear whose forward is a
+            # kernel under test) is that layer: verify judges its numbers.
+            def is_leaf_module(self, m, qualified_name):
+                return isinstance(m, leaves) or super().is_leaf_module(m, qualified_name)
+
+        try:
+            graph = Tracer().trace(model)
+        except Exception as e:  # data-dependent control flow and the like
+            raise ValueError("the model cannot be traced by torch.fx into a chain of layers: %s" % e) from None
+        modules = dict(model.named_modules())
+        self.layers, self.names, self.torch_of = [], {}, {}
+        self.modules = []  # per gradeq layer: the module's name (or the function's node)
+        eps, momentum, used = set(), set(), set()
+        previous = None
+        for node in graph.nodes:
+            if node.op == "placeholder":
+                if previous is not None:
+                    raise ValueError("the model takes more than one input (%s): gradeq models one" % node.target)
+                previous = node
+                continue
+            if node.op == "output":
+                if node.args[0] is not previous:
+                    raise ValueError("the model's output is not its last layer's: not a chain of layers")
+                continue
+            data_args = [a for a in node.args if isinstance(a, fx.Node)] + \
+                        [a for a in node.kwargs.values() if isinstance(a, fx.Node)]
+            if data_args != [previous]:
+                raise ValueError("node '%s' (%s %s) does not read the previous layer's output alone: a residual or "
+                                 "skip connection, which gradeq does not model yet" % (node.name, node.op, node.target))
+            previous = node
+            if node.op == "call_module":
+                m = modules[node.target]
+                kind = self._module(node.target, m, eps, momentum)
+                if kind is None:
+                    continue  # the identity
+                if node.target in used:
+                    raise ValueError("module '%s' is used twice: shared (tied) layers are not modelled yet" % node.target)
+                used.add(node.target)
+                l = len(self.layers)
+                for pname, p in m.named_parameters(recurse=False):
+                    full = "%s.%s" % (node.target, pname)
+                    self.names[full] = "layer%d.%s" % (l, pname)
+                    self.torch_of["layer%d.%s" % (l, pname)] = full
+                self.layers.append(kind)
+                self.modules.append(node.target)
+            elif node.op == "call_function" and node.target in (F.relu, torch.relu):
+                self.layers.append("relu")
+                self.modules.append(node.name)
+            elif node.op == "call_function" and node.target is F.gelu:
+                approximate = node.kwargs.get("approximate", "none")
+                if approximate not in ("none", "tanh"):
+                    raise ValueError("node '%s': gelu(approximate=%r)" % (node.name, approximate))
+                self.layers.append("gelu" if approximate == "tanh" else "gelu_erf")
+                self.modules.append(node.name)
+            else:
+                raise ValueError("node '%s' (%s %s) is not a layer gradeq models (Linear, ReLU, GELU, LayerNorm, "
+                                 "BatchNorm1d, GroupNorm, Dropout(p=0))" % (node.name, node.op, getattr(
+                                     node.target, "__name__", node.target)))
+        for name, p in model.named_parameters():
+            if name not in self.names:
+                raise ValueError("parameter '%s' belongs to no layer gradeq models (unused by forward?)" % name)
+        self.frozen = [self.names[n] for n, p in model.named_parameters() if not p.requires_grad]
+        if len(eps) > 1:
+            raise ValueError("the normalizers have different eps %s: gradeq's norm_eps is one value" % sorted(eps))
+        self.norm_eps = eps.pop() if eps else None
+        if len(momentum) > 1:
+            raise ValueError("the BatchNorm layers have different momentum %s: gradeq's batchnorm_momentum is one value"
+                             % sorted(momentum))
+        self.batchnorm_momentum = momentum.pop() if momentum else None
+
+    @staticmethod
+    def _module(name, m, eps, momentum):
+        import torch.nn as nn
+
+        where = "module '%s' (%s)" % (name, type(m).__name__)
         if isinstance(m, nn.Linear):
             if m.bias is None:
-                raise ValueError("layer %d: gradeq's linear layers have a bias" % i)
-            layers.append("linear:%d" % m.out_features)
-        elif isinstance(m, nn.ReLU):
-            layers.append("relu")
-        elif isinstance(m, nn.GELU):
-            if m.approximate != "tanh":
-                raise ValueError("layer %d: gradeq models GELU(approximate='tanh')" % i)
-            layers.append("gelu")
-        elif isinstance(m, nn.LayerNorm):
+                raise ValueError("%s: gradeq's linear layers have a bias (bias=False is not modelled)" % where)
+            return "linear:%d" % m.out_features
+        if isinstance(m, nn.ReLU):
+            return "relu"
+        if isinstance(m, nn.GELU):
+            if m.approximate not in ("none", "tanh"):
+                raise ValueError("%s: approximate=%r" % (where, m.approximate))
+            return "gelu" if m.approximate == "tanh" else "gelu_erf"
+        if isinstance(m, nn.LayerNorm):
             if len(m.normalized_shape) != 1 or not m.elementwise_affine:
-                raise ValueError("layer %d: LayerNorm over the last dimension, with weight and bias" % i)
-            layers.append("layernorm")
-        elif isinstance(m, nn.BatchNorm1d):
+                raise ValueError("%s: gradeq models LayerNorm over the last dimension, with weight and bias" % where)
+            eps.add(float(m.eps))
+            return "layernorm"
+        if isinstance(m, nn.BatchNorm1d):
             if not m.affine or not m.track_running_stats:
-                raise ValueError("layer %d: BatchNorm1d with weight, bias and running statistics" % i)
-            layers.append("batchnorm")
-        elif isinstance(m, nn.GroupNorm):
-            layers.append("groupnorm:%d" % m.num_groups)
-        else:
-            raise ValueError("layer %d: %s is not a layer gradeq models" % (i, type(m).__name__))
-    return layers
+                raise ValueError("%s: gradeq models BatchNorm1d with weight, bias and running statistics" % where)
+            if m.momentum is None:
+                raise ValueError("%s: momentum=None (a cumulative average) is not modelled" % where)
+            eps.add(float(m.eps))
+            momentum.add(float(m.momentum))
+            return "batchnorm"
+        if isinstance(m, nn.GroupNorm):
+            if not m.affine:
+                raise ValueError("%s: gradeq models GroupNorm with weight and bias" % where)
+            eps.add(float(m.eps))
+            return "groupnorm:%d" % m.num_groups
+        if isinstance(m, nn.Dropout):
+            if m.p != 0.0 and m.training:
+                raise ValueError("%s: p=%g in training mode draws a random mask no reference can repeat; export "
+                                 "with p=0 or the model in eval mode" % (where, m.p))
+            return None
+        if isinstance(m, nn.Identity):
+            return None
+        rms = getattr(nn, "RMSNorm", None)
+        if rms is not None and isinstance(m, rms):
+            if len(m.normalized_shape) != 1 or not m.elementwise_affine or m.eps is None:
+                raise ValueError("%s: gradeq models RMSNorm over the last dimension, with a weight and a given eps"
+                                 % where)
+            eps.add(float(m.eps))
+            return "rmsnorm"
+        raise ValueError("%s is not a layer gradeq models (Linear, ReLU, GELU, LayerNorm, BatchNorm1d, GroupNorm, "
+                         "Dropout(p=0))" % where)
 
 
-def parameter_names(model):
-    """{torch name: gradeq name}: "3.weight" -> "layer3.weight" (nn.Sequential)."""
-    return {name: "layer" + name for name, _ in model.named_parameters()}
+def layers_of(model):
+    """gradeq's layer list for a model (raises ValueError on what gradeq does not model)."""
+    return ModelLayers(model).layers
+
+
+def optimizer_settings(optimizer, trained):
+    """gradeq's optimizer keys, read from a torch optimizer's class and
+    param_groups. `trained`: the parameters that require a gradient."""
+    torch = _torch()
+    kinds = [(torch.optim.AdamW, "adamw"), (torch.optim.Adam, "adam"), (torch.optim.SGD, "sgd")]
+    kind = next((name for cls, name in kinds if type(optimizer) is cls), None)
+    if kind is None:
+        raise ValueError("optimizer %s is not one gradeq models (torch.optim.SGD, Adam, AdamW)"
+                         % type(optimizer).__name__)
+    groups = optimizer.param_groups
+    stepped = {id(p) for g in groups for p in g["params"]}
+    for name, p in trained:
+        if id(p) not in stepped:
+            raise ValueError("parameter '%s' requires a gradient but is in none of the optimizer's param_groups: "
+                             "freeze it (requires_grad_(False)) or give it to the optimizer" % name)
+    keys = ["momentum", "dampening", "nesterov", "weight_decay"] if kind == "sgd" else ["betas", "eps", "weight_decay"]
+    out = None
+    for i, g in enumerate(groups):
+        for flag in ("maximize", "amsgrad", "capturable", "differentiable"):
+            if g.get(flag):
+                raise ValueError("optimizer param_groups[%d]: %s=True is not modelled" % (i, flag))
+        s = {"optimizer": kind, "learning_rate": float(g.get("initial_lr", g["lr"]))}
+        for k in keys:
+            v = g[k]
+            s[k] = [float(b) for b in v] if k == "betas" else (bool(v) if k == "nesterov" else float(v))
+        if out is not None and not _same(out, s):
+            raise ValueError("optimizer param_groups[%d] has settings %s, param_groups[0] %s: gradeq steps every "
+                             "parameter with one set" % (i, s, out))
+        out = s
+    return out
 
 
 class TorchRecorder:
     """Records a PyTorch accumulation loop as a window set (run K_acc, or
-    K_full for its full-batch counterpart). See the module docstring."""
+    K_full for its full-batch counterpart with writer=the K_acc recorder's
+    writer). See the module docstring and docs/VERIFY.md.
+
+    scenario: gradeq config keys the recorder cannot read from the objects
+    (name, normalization, warmup_steps and total_steps of the schedule,
+    compute_dtype where no autocast shows it, positions for 2-D inputs);
+    any key it can read and contradicts is refused. scaler: a
+    torch.cuda.amp.GradScaler (or torch.amp.GradScaler) the loop uses.
+    steps_taken: optimizer steps before the first recorded window.
+    """
 
     _STATE = {"momentum_buffer": "momentum_buffer", "exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq"}
 
-    def __init__(self, directory, model, optimizer, scenario, run="K_acc", writer=None, steps_taken=0):
-        self.model = model
-        self.optimizer = optimizer
-        self.run = run
-        self.names = parameter_names(model)
-        scenario = dict(scenario)
-        scenario.setdefault("layers", layers_of(model))
-        self.writer = writer or WindowSetWriter(directory, scenario)
+    def __init__(self, directory, model, optimizer, scenario=None, run="K_acc", writer=None, steps_taken=0,
+                 scaler=None):
+        torch = _torch()
+        if run not in ("K_acc", "K_full"):
+            raise ValueError("run must be 'K_acc' or 'K_full', got %r" % (run,))
+        if scenario is not None and not isinstance(scenario, dict):
+            raise ValueError("scenario must be a dict of gradeq config keys, got %s" % type(scenario).__name__)
+        self.model, self.optimizer, self.run, self.scaler = model, optimizer, run, scaler
+        self.declared = dict(scenario or {})
+        self.structure = ModelLayers(model)
+        self.trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        if not self.trained:
+            raise ValueError("every parameter of the model is frozen: there is no gradient to accumulate")
+        for n, p in model.named_parameters():
+            if p.dtype != torch.float32:
+                raise ValueError("parameter '%s' is %s: gradeq models float32 weights (master weights; the compute "
+                                 "dtype is declared with compute_dtype or shown by autocast)" % (n, p.dtype))
+        self.read = {"layers": self.structure.layers, "frozen": self.structure.frozen}
+        self.read.update(optimizer_settings(optimizer, self.trained))
+        if self.structure.norm_eps is not None:
+            self.read["norm_eps"] = self.structure.norm_eps
+        if self.structure.batchnorm_momentum is not None:
+            self.read["batchnorm_momentum"] = self.structure.batchnorm_momentum
+        self.read.update(self._scaler_settings())
+        if any(p.is_cuda for p in model.parameters()):
+            self.read["tf32"] = bool(torch.backends.cuda.matmul.allow_tf32)
+        self._refuse_contradictions(self.read)
+        self.writer = writer
+        if writer is None:
+            self.writer = WindowSetWriter(directory, {})
+        elif run != "K_full" or "K_acc" not in writer.runs:
+            raise ValueError("writer=...: a second recorder records K_full beside a K_acc recorder's writer")
         self.window = 0
-        self.steps = steps_taken  # optimizer steps before the first recorded window
-        self._inputs, self._targets, self._sizes = [], [], []
-        self.positions = int(scenario.get("positions", 1))
-        self.cross_entropy = scenario.get("loss", "mse") == "cross_entropy"
-        self._grads = None
-        if not self.writer.initial:
+        self.steps = int(steps_taken)
+        self.positions = None
+        self.fed_sizes = []  # per window, the micro-batch sizes fed (samples)
+        self.clip_norms = set()
+        self._reset_window()
+        if self.writer.initial:  # a K_full recorder: the same start as K_acc's
             for name, p in model.named_parameters():
-                self.writer.set_initial(self.names[name], p.detach().cpu().numpy())
-            # A loop recorded mid-training starts from its optimizer's state.
-            state = self._state_tensors()
+                start = self.writer.initial_values.get(self.structure.names[name])
+                if start is None or not np.array_equal(start, p.detach().cpu().numpy()):
+                    raise ValueError("parameter '%s' does not start where the accumulated run's did" % name)
+        else:
+            for name, p in model.named_parameters():
+                self.writer.set_initial(self.structure.names[name], p.detach().cpu().numpy())
+            state = self._state_tensors(zeros_for_missing=False)
             if state or steps_taken:
                 for entry, value in state.items():
                     self.writer.set_initial_state(entry, value)
                 self.writer.set_initial_state("state/step", np.array([[steps_taken]], dtype=np.float32))
 
-    def micro_batch(self, inputs, targets):
-        """inputs [rows, features]; targets [rows, outputs] (mse) or classes [rows] (-100 = padding)."""
-        x = inputs.detach().cpu().numpy()
-        self._inputs.append(x)
-        self._targets.append(targets.detach().cpu().numpy())
-        self._sizes.append(x.shape[0] // self.positions)
+    # ---- what the loop calls
+
+    def begin_window(self, inputs, targets):
+        """The window's batch, every sample of the optimizer step: inputs
+        [samples, features] (with `positions` rows per sample) or [samples,
+        positions, features]; targets the classes (integers, -100 =
+        padding: cross-entropy) or the regression targets (floats: mse)."""
+        if self._window_x is not None:
+            raise ValueError("begin_window() twice: window %d has not been stepped (after_step())" % self.window)
+        self._window_x, self._window_y = self._rows(inputs, targets, "the window's batch")
+        self._fed = []
+
+    def micro_batch(self, inputs, targets, indices=None):
+        """A micro-batch as it is fed: the same shapes as begin_window's.
+        indices: which of the window's samples these are, where the loop
+        knows; otherwise they are found by content."""
+        torch = _torch()
+        if self._window_x is None:
+            raise ValueError("micro_batch() before begin_window(): give the recorder the window's batch first")
+        x, y = self._rows(inputs, targets, "micro-batch %d" % len(self._fed))
+        if indices is not None:
+            indices = [int(i) for i in indices]
+            if len(indices) != x.shape[0] // self.positions:
+                raise ValueError("micro_batch(indices=...): %d indices for %d samples"
+                                 % (len(indices), x.shape[0] // self.positions))
+        self._fed.append((x, y, indices))
+        if torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled():
+            dtype = torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else torch.get_autocast_cpu_dtype()
+            self._autocast.add({torch.bfloat16: "bfloat16", torch.float16: "float16"}.get(dtype, str(dtype)))
+        else:
+            self._autocast.add("float32")
+
+    def clip_grad_norm_(self, parameters, max_norm, norm_type=2.0, **kwargs):
+        """torch.nn.utils.clip_grad_norm_, recording the gradient before the
+        clip, the norm it returns and the coefficient it applies."""
+        torch = _torch()
+        parameters = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+        if float(norm_type) != 2.0:
+            raise ValueError("clip_grad_norm_(norm_type=%s): gradeq models the 2-norm" % norm_type)
+        if {id(p) for p in parameters if p.requires_grad} != {id(p) for _, p in self.trained}:
+            raise ValueError("clip_grad_norm_ over other parameters than the model's trained ones: gradeq clips "
+                             "by the global norm of every trained parameter")
+        self._unclipped = self._gradients()
+        norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type, **kwargs)
+        norm32 = torch.as_tensor(norm, dtype=torch.float32).detach().cpu()
+        coefficient = torch.clamp(float(max_norm) / (norm32 + CLIP_EPSILON), max=1.0)  # clip_grad_norm_'s, in float32
+        self._clip = (float(norm32), float(coefficient))
+        self.clip_norms.add(float(max_norm))
+        return norm
 
     def before_step(self):
         """After the last micro-batch (and the clip), before optimizer.step()."""
-        self._grads = {"grad/" + self.names[n]: p.grad.detach().cpu().numpy()
-                       for n, p in self.model.named_parameters()}
+        if self._window_x is None:
+            raise ValueError("before_step() before begin_window()")
+        self._grads = self._gradients()
+        rates = {float(g["lr"]) for g in self.optimizer.param_groups}
+        if len(rates) > 1:
+            raise ValueError("the param_groups step with different learning rates %s" % sorted(rates))
+        self._lr = rates.pop()
+        self._scale_before = self._scale()
 
-    def after_step(self, skipped=False):
-        if self._grads is None and not skipped:
-            raise RuntimeError("call before_step() before optimizer.step()")
-        tensors = dict(self._grads or {}) if not skipped else {}
+    def after_step(self):
+        if self._grads is None:
+            raise ValueError("after_step() before before_step(): call before_step() before optimizer.step()")
+        w = self.window
+        skipped = self._scaler_enabled() and self._scale() < self._scale_before
+        tensors = {}
+        missing = [g for g in self._gradeq_trained() if self._grads.get(g) is None]
         if not skipped:
             self.steps += 1
+            clipping = self._clip is not None
+            for name, g in (self._unclipped if clipping else self._grads).items():
+                if g is not None:
+                    tensors["grad/" + name] = g
+            if clipping:
+                for name, g in self._grads.items():
+                    if g is not None:
+                        tensors["clipped_grad/" + name] = g
+                tensors["clip/norm"] = np.array([[self._clip[0]]], dtype=np.float32)
+                tensors["clip/coefficient"] = np.array([[self._clip[1]]], dtype=np.float32)
+            tensors["step/lr"] = np.array([[self._lr]], dtype=np.float64)
         for n, p in self.model.named_parameters():
-            tensors["param/" + self.names[n]] = p.detach().cpu().numpy()
-        tensors.update(self._state_tensors())
+            tensors["param/" + self.structure.names[n]] = p.detach().cpu().numpy()
+        tensors.update(self._state_tensors(zeros_for_missing=True))
         tensors["state/step"] = np.array([[self.steps]], dtype=np.float32)
-        if self.run == "K_acc" or len(self.writer.windows) <= self.window:
-            y = np.concatenate(self._targets)
-            if len(self.writer.windows) <= self.window:
-                if self.cross_entropy:
-                    self.writer.add_window(np.concatenate(self._inputs), classes=y, split=self._sizes)
-                else:
-                    self.writer.add_window(np.concatenate(self._inputs), targets=y, split=self._sizes)
-        self.writer.add_result(self.run, self.window, tensors, skipped=skipped)
+        if self._scaler_enabled():
+            tensors["state/loss_scale"] = np.array([[self._scale()]], dtype=np.float32)
+            tensors["state/good_steps"] = np.array([[self.scaler._get_growth_tracker()]], dtype=np.float32)
+            tensors["state/skipped"] = np.array([[1.0 if skipped else 0.0]], dtype=np.float32)
+        fed = self._write_window(w)
+        self.writer.add_result(self.run, w, tensors, fed, skipped=skipped, missing_gradients=missing)
         self.window += 1
-        self._inputs, self._targets, self._sizes, self._grads = [], [], [], None
-
-    def _state_tensors(self):
-        """Optimizer state and BatchNorm running statistics, by gradeq entry name."""
-        out = {}
-        for n, p in self.model.named_parameters():
-            state = self.optimizer.state.get(p, {})
-            for key, suffix in self._STATE.items():
-                if key in state and state[key] is not None:
-                    out["state/%s.%s" % (self.names[n], suffix)] = state[key].detach().cpu().numpy()
-        for n, b in self.model.named_buffers():
-            if n.endswith("running_mean") or n.endswith("running_var"):
-                out["stats/layer" + n] = b.detach().cpu().numpy()
-        return out
+        self._reset_window()
 
     def close(self):
+        """Writes manifest.json (the K_acc recorder's; a K_full recorder
+        sharing its writer only checks its own windows)."""
+        if self._window_x is not None:
+            raise ValueError("close() inside window %d: after_step() was not called" % self.window)
+        if self.run == "K_full":
+            return
+        if not self.fed_sizes:
+            raise ValueError("close() before any window was recorded (begin_window ... after_step)")
+        if self._autocast and len(self._autocast) > 1:
+            raise ValueError("micro-batches were fed under different autocast settings: %s" % sorted(self._autocast))
+        read = dict(self.read)
+        read["input_features"] = self.input_features
+        read["positions"] = self.positions
+        read["loss"] = self.loss
+        if len(self.clip_norms) > 1:
+            raise ValueError("clip_grad_norm_ was called with different max_norm %s" % sorted(self.clip_norms))
+        if self.clip_norms:
+            read["clip_max_norm"] = self.clip_norms.pop()
+        autocast = self._autocast.pop() if self._autocast else "float32"
+        if autocast != "float32":
+            read["compute_dtype"] = autocast
+        # What the run had that gradeq would otherwise take as a default: said
+        # outright, so that the manifest carries every setting.
+        read["accumulate_dtype"] = "float32"  # .grad has the float32 weights' dtype
+        read["compensated"] = False
+        if not self._scaler_enabled():
+            read["loss_scale"] = 1.0
+            read["dynamic_loss_scale"] = False
+        if any(layer == "batchnorm" for layer in read["layers"]):
+            read["batchnorm_mode"] = "per_micro_batch"  # statistics over each micro-batch, as torch computes them
+        self._refuse_contradictions(read)
+        scenario = dict(read)
+        scenario.update(self.declared)
+        scenario.setdefault("name", "torch_loop")
+        scenario.setdefault("normalization", "global_count")
+        scenario.setdefault("compute_dtype", "float32")
+        scenario.setdefault("tf32", False)
+        scenario.setdefault("reduced_precision_reduction", False)
+        scenario.setdefault("split", self.fed_sizes)  # the split as fed, where none was declared
+        if "clip_max_norm" in self.declared and not self.clip_norms and "clip_max_norm" not in read:
+            raise ValueError("the scenario declares clip_max_norm = %s, but the loop never called "
+                             "rec.clip_grad_norm_" % self.declared["clip_max_norm"])
+        split = scenario["split"]
+        for w, entry in enumerate(self.writer.windows):
+            if w < len(split):
+                entry["split"] = [int(s) for s in split[w]]
+        self.writer.scenario = scenario
         self.writer.close()
+
+    # ---- reading what the loop holds
+
+    def _reset_window(self):
+        self._window_x = self._window_y = None
+        self._fed, self._grads, self._unclipped, self._clip, self._lr = [], None, None, None, None
+        if not hasattr(self, "_autocast"):
+            self._autocast = set()
+
+    def _refuse_contradictions(self, read):
+        for key, value in read.items():
+            if key in self.declared and not _same(self.declared[key], value):
+                raise ValueError("scenario key %s = %r contradicts what the run has: %r (read from the %s)"
+                                 % (key, self.declared[key], value, self._source(key)))
+
+    @staticmethod
+    def _source(key):
+        if key in ("layers", "norm_eps", "batchnorm_momentum", "frozen"):
+            return "model"
+        if key in ("loss_scale", "dynamic_loss_scale", "growth_factor", "backoff_factor", "growth_interval"):
+            return "GradScaler"
+        if key in ("input_features", "positions", "loss"):
+            return "window's batch"
+        if key == "clip_max_norm":
+            return "clip_grad_norm_ calls"
+        if key == "compute_dtype":
+            return "autocast around the micro-batches"
+        if key == "tf32":
+            return "torch.backends.cuda.matmul.allow_tf32"
+        return "optimizer"
+
+    def _rows(self, inputs, targets, what):
+        """inputs and targets as gradeq's rows: x [rows, features] float32,
+        y [rows] int64 classes or [rows, outputs] float32."""
+        torch = _torch()
+        if not isinstance(inputs, torch.Tensor) or not isinstance(targets, torch.Tensor):
+            raise ValueError("%s: inputs and targets must be torch tensors" % what)
+        x = inputs.detach().cpu()
+        sequences = x.dim() == 3
+        if x.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+            raise ValueError("%s: inputs of dtype %s (floating point expected)" % (what, x.dtype))
+        if x.dim() == 3:
+            positions = x.shape[1]
+            if self.positions is not None and positions != self.positions:
+                raise ValueError("%s: %d positions per sample, earlier %d" % (what, positions, self.positions))
+            x = x.reshape(-1, x.shape[2])
+        elif x.dim() == 2:
+            positions = int(self.declared.get("positions", 1)) if self.positions is None else self.positions
+        else:
+            raise ValueError("%s: inputs of shape %s ([samples, features] or [samples, positions, features] "
+                             "expected)" % (what, tuple(inputs.shape)))
+        self.positions = positions
+        for name, kind in zip(self.structure.modules, self.structure.layers):
+            if kind.startswith("groupnorm") and positions > 1:
+                raise ValueError("module '%s' (GroupNorm) normalizes each row alone when it gets [rows, channels]; "
+                                 "gradeq's groupnorm spans a sample's %d positions: not the same layer"
+                                 % (name, positions))
+            if kind == "batchnorm" and sequences:
+                raise ValueError("module '%s' (BatchNorm1d) normalizes dimension 1, the positions of [samples, "
+                                 "positions, features] inputs; gradeq's batchnorm is per feature over every row"
+                                 % name)
+        if not torch.isfinite(x).all():
+            raise ValueError("%s: inputs hold NaN or Inf" % what)
+        xf = x.to(torch.float32)
+        if not torch.equal(xf.to(x.dtype), x):
+            raise ValueError("%s: inputs are not float32 values (gradeq's data is float32)" % what)
+        if xf.shape[0] % positions != 0:
+            raise ValueError("%s: %d rows are not whole samples of %d positions" % (what, xf.shape[0], positions))
+        if hasattr(self, "input_features") and xf.shape[1] != self.input_features:
+            raise ValueError("%s: %d input features, earlier %d" % (what, xf.shape[1], self.input_features))
+        self.input_features = int(xf.shape[1])
+        y = targets.detach().cpu()
+        if y.dtype.is_floating_point:
+            loss = "mse"
+            y = y.reshape(xf.shape[0], -1).to(torch.float32) if y.numel() % xf.shape[0] == 0 else None
+        elif y.dtype in (torch.int64, torch.int32, torch.int16, torch.uint8):
+            loss = "cross_entropy"
+            y = y.reshape(-1).to(torch.int64) if y.numel() == xf.shape[0] else None
+        else:
+            raise ValueError("%s: targets of dtype %s (integer classes or floating-point targets expected)"
+                             % (what, y.dtype))
+        if y is None:
+            raise ValueError("%s: targets of shape %s do not match %d rows" % (what, tuple(targets.shape), xf.shape[0]))
+        if getattr(self, "loss", loss) != loss:
+            raise ValueError("%s: %s targets, earlier %s" % (what, loss, self.loss))
+        self.loss = loss
+        return xf.numpy(), y.numpy()
+
+    def _sample_keys(self, x, y):
+        p = self.positions
+        return [x[s * p:(s + 1) * p].tobytes() + y[s * p:(s + 1) * p].tobytes() for s in range(x.shape[0] // p)]
+
+    def _indices_in(self, window_x, window_y):
+        """What each fed micro-batch holds, as indices of the window's
+        samples: as the loop said, or found by content (a sample whose
+        every copy in the window was fed already counts as the first copy
+        again: fed twice; one not in the window is -1)."""
+        where = {}
+        for i, k in enumerate(self._sample_keys(window_x, window_y)):
+            where.setdefault(k, []).append(i)
+        taken, out = set(), []
+        for x, y, indices in self._fed:
+            if indices is None:
+                indices = []
+                for k in self._sample_keys(x, y):
+                    candidates = where.get(k, [])
+                    free = [i for i in candidates if i not in taken]
+                    indices.append(free[0] if free else (candidates[0] if candidates else -1))
+                    taken.add(indices[-1])
+            out.append(indices)
+        return out
+
+    def _write_window(self, w):
+        """The window into the set, and what was fed as indices into it.
+        Where the micro-batches cover the window exactly, its samples are
+        written in the order fed, so that the reference's micro-batches are
+        the loop's."""
+        p = self.positions
+        if self.run == "K_full":
+            # Its batch must be the accumulated run's window, in any order.
+            if w >= len(self.writer.window_data):
+                raise ValueError("K_full window %d: the accumulated run recorded only %d windows"
+                                 % (w, len(self.writer.window_data)))
+            ax, ay = self.writer.window_data[w]
+            if sorted(self._sample_keys(self._window_x, self._window_y)) != sorted(self._sample_keys(ax, ay)):
+                raise ValueError("K_full window %d: its batch is not the accumulated run's window %d" % (w, w))
+            return self._indices_in(ax, ay)
+        fed = self._indices_in(self._window_x, self._window_y)
+        sizes = [len(mb) for mb in fed]
+        order = [i for mb in fed for i in mb]
+        x, y = self._window_x, self._window_y
+        if sorted(order) == list(range(x.shape[0] // p)):
+            rows = [r for s in order for r in range(s * p, (s + 1) * p)]
+            x, y = x[rows], y[rows]
+            first, fed = 0, []
+            for n in sizes:
+                fed.append(list(range(first, first + n)))
+                first += n
+        self.fed_sizes.append(sizes)
+        if self.loss == "cross_entropy":
+            self.writer.add_window(x, classes=y)
+        else:
+            self.writer.add_window(x, targets=y)
+        return fed
+
+    def _gradeq_trained(self):
+        return [self.structure.names[n] for n, _ in self.trained]
+
+    def _gradients(self):
+        out = {}
+        for n, p in self.trained:
+            g = p.grad
+            out[self.structure.names[n]] = None if g is None else g.detach().to("cpu").numpy().copy()
+        return out
+
+    def _state_tensors(self, zeros_for_missing):
+        """Optimizer state and BatchNorm running statistics, by gradeq entry name."""
+        out = {}
+        kind = self.read["optimizer"]
+        keys = [] if kind == "sgd" and self.read["momentum"] == 0.0 else (
+            ["momentum_buffer"] if kind == "sgd" else ["exp_avg", "exp_avg_sq"])
+        for n, p in self.trained:
+            state = self.optimizer.state.get(p, {})
+            for key in keys:
+                value = state.get(key)
+                if value is not None:
+                    out["state/%s.%s" % (self.structure.names[n], key)] = value.detach().cpu().numpy()
+                elif zeros_for_missing:  # never stepped (no gradient yet): a fresh optimizer's zeros
+                    out["state/%s.%s" % (self.structure.names[n], key)] = np.zeros(tuple(p.shape), np.float32)
+        for n, b in self.model.named_buffers():
+            module, _, buffer = n.rpartition(".")
+            if buffer in ("running_mean", "running_var"):
+                weight = self.structure.names.get(module + ".weight")
+                if weight is None:
+                    raise ValueError("buffer '%s' belongs to no layer gradeq models" % n)
+                out["stats/" + weight.rsplit(".", 1)[0] + "." + buffer] = b.detach().cpu().numpy()
+        return out
+
+    def _scaler_enabled(self):
+        return self.scaler is not None and self.scaler.is_enabled()
+
+    def _scale(self):
+        return float(self.scaler.get_scale()) if self._scaler_enabled() else 1.0
+
+    def _scaler_settings(self):
+        if not self._scaler_enabled():
+            return {}
+        s = self.scaler
+        scale = float(s.get_scale())
+        if scale <= 0 or math.frexp(scale)[0] != 0.5:
+            raise ValueError("GradScaler scale %g is not a power of two" % scale)
+        return {"loss_scale": scale, "dynamic_loss_scale": True, "growth_factor": float(s.get_growth_factor()),
+                "backoff_factor": float(s.get_backoff_factor()), "growth_interval": int(s.get_growth_interval())}

@@ -71,7 +71,8 @@ class TF32Linear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, w = ctx.saved_tensors
-        return tf32(dy) @ tf32(w), tf32(dy).t() @ tf32(x), dy.sum(0)
+        dy2, x2 = dy.reshape(-1, dy.shape[-1]), x.reshape(-1, x.shape[-1])
+        return tf32(dy) @ tf32(w), tf32(dy2).t() @ tf32(x2), dy2.sum(0)
 
 
 class Linear32(nn.Linear):
@@ -84,24 +85,23 @@ if mode in ("correct", "mean_of_means", "tf32"):
     split = [[3, 5, 2], [4, 4]]
     Lin = Linear32 if mode == "tf32" else nn.Linear
     model = nn.Sequential(Lin(features, 32), nn.GELU(approximate="tanh"), nn.LayerNorm(32), Lin(32, classes))
-    scenario = {"name": "torch_" + mode, "input_features": features, "positions": positions, "loss": "cross_entropy",
-                "split": split, "optimizer": "adamw", "learning_rate": 0.01, "betas": [0.9, 0.999], "eps": 1e-8,
-                "weight_decay": 0.01, "clip_max_norm": 0.5, "warmup_steps": 1, "total_steps": 10,
-                "normalization": "global_count"}
+    # What the recorder cannot read from the objects: the name and the schedule.
+    scenario = {"name": "torch_" + mode, "warmup_steps": 1, "total_steps": 10}
+    optimizer, clip = "adamw", 0.5
 
     def window_data(samples):
-        x = rng.standard_normal((samples * positions, features)).astype(np.float32)
-        y = rng.integers(0, classes, samples * positions)
+        x = rng.standard_normal((samples, positions, features)).astype(np.float32)
+        y = rng.integers(0, classes, (samples, positions))
         for s in range(samples):  # a sequence of 2..positions tokens, then padding
             length = rng.integers(2, positions + 1)
-            y[s * positions + length:(s + 1) * positions] = gradeq_export.IGNORE_CLASS
+            y[s, length:] = gradeq_export.IGNORE_CLASS
         return torch.from_numpy(x), torch.from_numpy(y)
 else:
     positions, features = 1, 8
     split = [[4, 4], [2, 6]]
     model = nn.Sequential(nn.Linear(features, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 3))
-    scenario = {"name": "torch_batchnorm", "input_features": features, "loss": "mse", "split": split,
-                "optimizer": "sgd", "learning_rate": 0.1, "momentum": 0.9}
+    scenario = {"name": "torch_batchnorm"}
+    optimizer, clip = "sgd", None
 
     def window_data(samples):
         x = rng.standard_normal((samples, features)).astype(np.float32)
@@ -115,34 +115,36 @@ initial = copy.deepcopy(model.state_dict())
 def run(recorder_run, micro_batches_of, writer=None):
     m = copy.deepcopy(model)
     m.load_state_dict(initial)
-    if scenario["optimizer"] == "adamw":
-        opt = torch.optim.AdamW(m.parameters(), lr=scenario["learning_rate"], betas=tuple(scenario["betas"]),
-                                eps=scenario["eps"], weight_decay=scenario["weight_decay"])
+    if optimizer == "adamw":
+        opt = torch.optim.AdamW(m.parameters(), lr=0.01, weight_decay=0.01)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda step: multiplier(step, scenario["warmup_steps"], scenario["total_steps"]))
     else:
-        opt = torch.optim.SGD(m.parameters(), lr=scenario["learning_rate"], momentum=scenario["momentum"])
+        opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
         sched = None
     rec = gradeq_export.TorchRecorder(out, m, opt, scenario, run=recorder_run, writer=writer)
     for (x, y), sizes in zip(windows, micro_batches_of):
+        rec.begin_window(x, y)
         opt.zero_grad()
-        rows = [s * positions for s in sizes]
-        tokens = int((y != gradeq_export.IGNORE_CLASS).sum()) if scenario["loss"] == "cross_entropy" else len(y)
+        mse = y.dtype.is_floating_point
+        tokens = len(y) if mse else int((y != gradeq_export.IGNORE_CLASS).sum())
         first = 0
-        for r in rows:
-            xb, yb = x[first:first + r], y[first:first + r]
-            first += r
+        for n in sizes:
+            xb, yb = x[first:first + n], y[first:first + n]
+            first += n
             rec.micro_batch(xb, yb)
             out_b = m(xb)
-            if scenario["loss"] == "mse":
-                loss = F.mse_loss(out_b, yb, reduction="sum") / out_b.shape[1] / tokens
+            if mse:
+                loss = F.mse_loss(out_b, yb, reduction="sum") / out_b.shape[-1] / tokens
             elif mode == "mean_of_means":  # the bug: mean over the micro-batch's tokens, then 1/N
-                loss = F.cross_entropy(out_b, yb, ignore_index=gradeq_export.IGNORE_CLASS) / len(rows)
+                loss = F.cross_entropy(out_b.reshape(-1, classes), yb.reshape(-1),
+                                       ignore_index=gradeq_export.IGNORE_CLASS) / len(sizes)
             else:
-                loss = F.cross_entropy(out_b, yb, ignore_index=gradeq_export.IGNORE_CLASS, reduction="sum") / tokens
+                loss = F.cross_entropy(out_b.reshape(-1, classes), yb.reshape(-1),
+                                       ignore_index=gradeq_export.IGNORE_CLASS, reduction="sum") / tokens
             loss.backward()
-        if "clip_max_norm" in scenario:
-            torch.nn.utils.clip_grad_norm_(m.parameters(), scenario["clip_max_norm"])
+        if clip is not None:
+            rec.clip_grad_norm_(m.parameters(), clip)
         rec.before_step()
         opt.step()
         if sched:
@@ -154,6 +156,7 @@ def run(recorder_run, micro_batches_of, writer=None):
 out = tempfile.mkdtemp(prefix="gradeq_torch_")
 acc = run("K_acc", split)
 full = run("K_full", [[sum(w)] for w in split], writer=acc.writer)
+full.close()
 acc.close()
 
 
