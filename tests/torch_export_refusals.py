@@ -112,22 +112,21 @@ def contradicting_split():
     return rec
 
 
-def clip_subset():
+def clip_after_one_micro_batch(parameters_of, **kw):
     rec = recorder()
     x, y = torch.randn(4, 4), torch.randn(4, 3)
     rec.begin_window(x, y)
     rec.micro_batch(x, y)
     F.mse_loss(rec.model(x), y).backward()
-    rec.clip_grad_norm_(rec.model[0].parameters(), 1.0)
+    rec.clip_grad_norm_(parameters_of(rec.model), 1.0, **kw)
+
+
+def clip_subset():
+    clip_after_one_micro_batch(lambda m: m[0].parameters())
 
 
 def clip_inf_norm():
-    rec = recorder()
-    x, y = torch.randn(4, 4), torch.randn(4, 3)
-    rec.begin_window(x, y)
-    rec.micro_batch(x, y)
-    F.mse_loss(rec.model(x), y).backward()
-    rec.clip_grad_norm_(rec.model.parameters(), 1.0, norm_type=math.inf)
+    clip_after_one_micro_batch(lambda m: m.parameters(), norm_type=math.inf)
 
 
 def micro_batch_first():
