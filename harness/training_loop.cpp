@@ -229,6 +229,7 @@ KernelRun TrainingLoop::run(const Scenario& scenario, const Split& split) {
     window_loss_ = 0.0;
     skipped_ = false;
     fed_.clear();
+    unclipped_.clear();
     window_ = w;
     window_length_ = split[w].size();
     run_window(scenario.windows[w], split[w]);
@@ -264,7 +265,11 @@ KernelWindow TrainingLoop::record_window() {
     if (skipped_ && recorded_by_step(e.kind)) continue;  // no step, nothing of one to record
     RunTensor t{e.name, e.kind, e.rows, e.cols, {}};
     switch (e.kind) {
-      case RecordKind::gradient: t.values = clipped ? unclipped_[e.index] : download(grads_[e.index]); break;
+      // A window that never reached its clip (a loop that drops it) keeps
+      // nothing apart: its buffers are all there is.
+      case RecordKind::gradient:
+        t.values = clipped && !unclipped_.empty() ? unclipped_[e.index] : download(grads_[e.index]);
+        break;
       case RecordKind::clipped_gradient: t.values = download(grads_[e.index]); break;
       case RecordKind::step_value:
         switch (e.step_value) {

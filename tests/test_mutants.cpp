@@ -135,6 +135,11 @@ TEST(Mutants, ProcedureCheckNamesTheSamplesAMutantFeedsWrongly) {
         check_scenario(*find_scenario(suite, "partial_last_window"), *rig.backend, rig.loop, ErrorModel{});
     ASSERT_EQ(r.accumulation.problems.size(), 1u);
     EXPECT_EQ(r.accumulation.problems.front(), "window 2: none of its 8 samples was fed (the window was dropped?)");
+    // A dropped window never reaches its clip: it records its buffers as they are.
+    const ScenarioResult clipped =
+        check_scenario(*find_scenario(suite, "mlp_adamw_clip_warmup"), *rig.backend, rig.loop, ErrorModel{});
+    ASSERT_EQ(clipped.accumulation.problems.size(), 1u);
+    EXPECT_EQ(clipped.accumulation.problems.front(), "window 2: none of its 8 samples was fed (the window was dropped?)");
   }
   for (const ScenarioSpec& s : suite) {
     const ScenarioResult r = check_scenario(s, cpu, correct_loop(), ErrorModel{});
