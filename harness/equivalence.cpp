@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
@@ -370,11 +371,50 @@ ScenarioResult judge(const Scenario& scenario, const Runs& runs) {
   return result;
 }
 
+void explain_failure(const Scenario& scenario, const Runs& runs, const ErrorModel& model, ScenarioResult& result) {
+  Verdict& v = result.accumulation;
+  const ScenarioSpec& spec = scenario.spec;
+  if (v.status != Status::fail || !v.problems.empty()) return;
+  if (spec.procedure.normalization != ref::Normalization::global_count) return;
+  bool uneven = false;
+  for (std::size_t w = 0; w < spec.split.size(); ++w) {
+    long first = 0;
+    std::vector<long> items;
+    for (long n : spec.split[w]) {
+      items.push_back(scenario.windows[w].slice(first, n).items(spec.model.loss));
+      first += n;
+    }
+    uneven = uneven || std::adjacent_find(items.begin(), items.end(), std::not_equal_to<>()) != items.end();
+  }
+  if (!uneven) return;
+  Scenario mean_of_means = scenario;
+  mean_of_means.spec.procedure.normalization = ref::Normalization::equal_split;
+  const ReferenceRun r = run_reference_from(mean_of_means, spec.split, runs.k_acc, model, false, nullptr);
+  bool matches = true, compared = false;
+  for (std::size_t w = 0; w < r.windows.size() && matches; ++w)
+    for (const ReferenceTensor& e : r.windows[w].tensors) {
+      if (e.kind != RecordKind::gradient) continue;
+      const RunTensor* k = find_optional(runs.k_acc.windows[w], e.name);
+      if (!k) continue;
+      compared = true;
+      matches = matches && compare_tensor(e.name, e.rows, e.cols, spec.precision.accumulate, e.value, k->values,
+                                          kernel_bounds(e))
+                               .passed();
+    }
+  if (matches && compared)
+    v.diagnosis.insert(v.diagnosis.begin(),
+                       "K_acc's gradient is the mean of per-micro-batch means, within its bounds in every window: each "
+                       "micro-batch normalised by its own item count, then by 1/N (docs/BUGS.md B1); normalise each "
+                       "micro-batch's summed loss by the window's item count (num_items_in_batch)");
+}
+
 ScenarioResult check_scenario(const ScenarioSpec& spec, Backend& backend, const LoopFactory& loop,
-                              const ErrorModel& model, const ProgressSink& progress) {
+                              const ErrorModel& model, const ProgressSink& progress, bool explain) {
   const auto start = std::chrono::steady_clock::now();
   const Scenario scenario = materialize(spec);
-  ScenarioResult result = judge(scenario, execute(scenario, backend, loop, model, progress));
+  const Runs runs = execute(scenario, backend, loop, model, progress);
+  ScenarioResult result = judge(scenario, runs);
+  if (explain) explain_failure(scenario, runs, model, result);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }

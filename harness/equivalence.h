@@ -118,7 +118,19 @@ void add_reference_runs(const Scenario& scenario, Runs& runs, const ErrorModel& 
 Runs execute(const Scenario& scenario, Backend& backend, const LoopFactory& loop, const ErrorModel& model,
              const ProgressSink& progress = {});
 ScenarioResult judge(const Scenario& scenario, const Runs& runs);
+// explain: where it fails, also test the known-wrong procedures
+// (explain_failure); the gate's named scenarios do, properties do not.
 ScenarioResult check_scenario(const ScenarioSpec& spec, Backend& backend, const LoopFactory& loop,
-                              const ErrorModel& model, const ProgressSink& progress = {});
+                              const ErrorModel& model, const ProgressSink& progress = {}, bool explain = false);
+
+// Where accumulation equivalence fails on the gradient without a problem in
+// what the run fed: whether K_acc is what a known wrong procedure computes,
+// judged like kernel correctness against that procedure's reference, window
+// by window from K_acc's state. Today one: each micro-batch normalised by
+// its own item count and 1/N (equal_split: the mean of per-micro-batch
+// means, docs/BUGS.md B1), tested where a window's micro-batches hold
+// different item counts (elsewhere it is the correct procedure). A match
+// heads the verdict's diagnosis. One more reference run, on failure only.
+void explain_failure(const Scenario& scenario, const Runs& runs, const ErrorModel& model, ScenarioResult& result);
 
 }  // namespace gradeq

@@ -644,6 +644,7 @@ ScenarioResult verify_window_set(const WindowSet& set, const ErrorModel& model) 
   if (set.k_full) runs.k_full = *set.k_full;
   add_reference_runs(scenario, runs, model);
   ScenarioResult result = judge(scenario, runs);
+  explain_failure(scenario, runs, model, result);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }

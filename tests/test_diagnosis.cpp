@@ -96,6 +96,25 @@ TEST(Diagnosis, AClipThatDiffersWhereTheGradientAgreesIsNamed) {
   EXPECT_TRUE(says(r.accumulation.diagnosis, ", coefficient 1 where 0.")) << joined(r.accumulation.diagnosis);
 }
 
+// The mean of per-micro-batch means (B1) is no constant factor: it is
+// recognised by running its own reference from K_acc's states. B3 (each
+// micro-batch over its own count, without the 1/N) is N times it: no match.
+TEST(Diagnosis, TheMeanOfPerMicroBatchMeansIsRecognised) {
+  const std::vector<ScenarioSpec> suite = default_scenarios();
+  const ScenarioSpec& s = *find_scenario(suite, "token_ce_padded_uneven");
+  CpuBackend cpu;
+  for (const auto& [id, named] : {std::pair{"B1", true}, std::pair{"B3", false}}) {
+    MutantRig rig(*find_mutant(id), cpu);
+    const ScenarioResult r = check_scenario(s, *rig.backend, rig.loop, ErrorModel{}, {}, /*explain=*/true);
+    ASSERT_EQ(r.accumulation.status, Status::fail) << id;
+    EXPECT_EQ(says(r.accumulation.diagnosis, "K_acc's gradient is the mean of per-micro-batch means"), named)
+        << id << ": " << joined(r.accumulation.diagnosis);
+  }
+  const ScenarioResult correct = check_scenario(s, cpu, correct_loop(), ErrorModel{}, {}, /*explain=*/true);
+  EXPECT_TRUE(correct.passed());
+  EXPECT_TRUE(correct.accumulation.diagnosis.empty());
+}
+
 TEST(Diagnosis, CorrectCodeHasNone) {
   CpuBackend cpu;
   for (const ScenarioSpec& s : default_scenarios()) {

@@ -201,6 +201,8 @@ elif mode == "mean_of_means":
     require(p.returncode == 1, "the mean-of-means loop is not caught (exit %d)" % p.returncode)
     require(acc_verdict["status"] == "FAIL", "accumulation equivalence does not fail")
     require(any(t.startswith("grad/") for t in failed), "the report names no failing gradient: %s" % failed)
+    require(any("mean of per-micro-batch means" in d for d in acc_verdict["diagnosis"]),
+            "the diagnosis does not name the mean of per-micro-batch means: %s" % acc_verdict["diagnosis"])
     print("accumulation equivalence fails on: " + ", ".join(failed))
 else:
     require(p.returncode == 0, "the BatchNorm loop is refused (exit %d)" % p.returncode)

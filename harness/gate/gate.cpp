@@ -178,7 +178,7 @@ CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFac
       const std::string line = announce("scenario " + s.name);
       const ProgressSink detail =
           progress ? ProgressSink([&progress, line](const std::string& d) { progress(line + ", " + d); }) : ProgressSink{};
-      report.scenarios.push_back(check_scenario(s, backend, loop, options.model, detail));
+      report.scenarios.push_back(check_scenario(s, backend, loop, options.model, detail, /*explain=*/true));
       predict_memory(report.scenarios.back().memory, s, backend, loop);
     }
   };
