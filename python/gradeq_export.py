@@ -46,6 +46,16 @@ IGNORE_CLASS = -100  # padding tokens, PyTorch's ignore_index
 CLIP_EPSILON = 1e-6  # clip_grad_norm_'s, part of its definition
 
 
+# The config keys a scenario may hold (harness/config.h, README "A config
+# file"): a misspelt key is refused here, where the loop is, not by verify.
+CONFIG_KEYS = {
+    "name", "input_features", "positions", "layers", "loss", "data", "split", "learning_rate", "seed",
+    "normalization", "compute_dtype", "accumulate_dtype", "optimizer", "momentum", "dampening", "nesterov",
+    "weight_decay", "betas", "eps", "clip_max_norm", "warmup_steps", "total_steps", "loss_scale",
+    "dynamic_loss_scale", "growth_interval", "compensated", "norm_eps", "batchnorm_momentum", "tf32",
+    "reduced_precision_reduction", "checkpoint_every", "growth_factor", "backoff_factor", "batchnorm_mode", "frozen"}
+
+
 def _file(run, window, tensor):
     name = "%s_w%d_%s" % (run, window, tensor)
     for c in "/: ":
@@ -54,17 +64,32 @@ def _file(run, window, tensor):
 
 
 def _as_matrix(a, dtype, what):
-    a = np.asarray(a)
+    """a as a C-ordered matrix of `dtype`; a value that dtype does not hold
+    exactly (a float64 result, 0.1) is refused, never rounded in silence."""
+    try:
+        a = np.asarray(a)
+    except Exception as e:  # ragged lists and the like
+        raise ValueError("%s: not an array (%s)" % (what, e)) from None
     if a.dtype.kind not in "fiub":
         raise ValueError("%s: values of dtype %s are not numbers" % (what, a.dtype))
-    a = a.astype(dtype)
+    converted = a.astype(dtype)
+    finite = np.isfinite(a) if a.dtype.kind == "f" else np.ones(a.shape, bool)
+    if not np.array_equal(converted[finite].astype(a.dtype), a[finite]):
+        raise ValueError("%s: values that are not %s numbers (gradeq records %s; round them where the run does)"
+                         % (what, np.dtype(dtype).name, np.dtype(dtype).name))
     if a.ndim == 0:
-        return a.reshape(1, 1)
+        return converted.reshape(1, 1)
     if a.ndim == 1:
-        return a.reshape(1, -1)  # vectors are [1, n] in gradeq
+        return converted.reshape(1, -1)  # vectors are [1, n] in gradeq
     if a.ndim != 2:
         raise ValueError("%s: gradeq tensors are matrices; got shape %s" % (what, a.shape))
-    return np.ascontiguousarray(a)
+    return np.ascontiguousarray(converted)
+
+
+def _name(text, what):
+    if not isinstance(text, str) or not text or any(c in text for c in "/\\") or text in (".", ".."):
+        raise ValueError("%s %r is not a name gradeq can file" % (what, text))
+    return text
 
 
 class WindowSetWriter:
@@ -73,9 +98,18 @@ class WindowSetWriter:
     scenario: gradeq config keys (harness/config.h): at least name,
     input_features, layers, split. Parameter names are gradeq's:
     "layer<l>.weight" / "layer<l>.bias" for the l-th layer of `layers`.
+    Every array is checked to be what it says: float32 values (the learning
+    rate float64), integer classes.
     """
 
     def __init__(self, directory, scenario):
+        if not isinstance(scenario, dict):
+            raise ValueError("scenario must be a dict of gradeq config keys, got %s" % type(scenario).__name__)
+        unknown = sorted(set(scenario) - CONFIG_KEYS)
+        if unknown:
+            raise ValueError("scenario keys %s are not gradeq config keys (README \"A config file\")" % unknown)
+        if os.path.exists(directory) and not os.path.isdir(directory):
+            raise ValueError("%s exists and is not a directory" % directory)
         self.directory = directory
         self.scenario = dict(scenario)
         os.makedirs(directory, exist_ok=True)
@@ -88,18 +122,22 @@ class WindowSetWriter:
         self.initial_values = {}  # as given, for a second run to match
         self.initial_state = {}
         self.runs = {}
+        self.read = None  # what the accumulated run's recorder read, for a full-batch run's to match
 
     def _save(self, file, array):
         np.save(os.path.join(self.directory, file), array)
         return file
 
     def set_initial(self, name, value):
+        _name(name, "parameter")
         self.initial_values[name] = np.array(value, copy=True)  # not a view of a tensor that trains on
         self.initial[name] = self._save("initial_%s.npy" % name, _as_matrix(value, np.float32, name))
 
     def set_initial_state(self, entry, value):
         """The state the first window starts from, where it is not fresh:
         "state/layer0.weight.exp_avg", "stats/layer1.running_mean", "state/step", ..."""
+        if not isinstance(entry, str):
+            raise ValueError("initial state entry %r is not a name" % (entry,))
         self.initial_state[entry] = self._save(_file("initial", 0, entry), _as_matrix(value, np.float32, entry))
 
     def add_window(self, inputs, targets=None, classes=None, split=None):
@@ -107,15 +145,20 @@ class WindowSetWriter:
         (mse) or classes [rows] (cross-entropy, -100 = padding); the declared
         split in samples."""
         w = len(self.windows)
+        if (targets is None) == (classes is None):
+            raise ValueError("window %d: give targets (mse) or classes (cross-entropy), one of them" % w)
         x = _as_matrix(inputs, np.float32, "window %d inputs" % w)
         entry = {"inputs": self._save("window%d_inputs.npy" % w, x)}
         if split is not None:
-            entry["split"] = [int(s) for s in split]
+            try:
+                entry["split"] = [int(s) for s in split]
+            except (TypeError, ValueError):
+                raise ValueError("window %d: split %r is not a list of micro-batch sizes" % (w, split)) from None
         if targets is not None:
             y = _as_matrix(targets, np.float32, "window %d targets" % w)
             entry["targets"] = self._save("window%d_targets.npy" % w, y)
-        if classes is not None:
-            y = np.asarray(classes, dtype=np.int64).reshape(-1)
+        else:
+            y = _as_matrix(classes, np.int64, "window %d classes" % w).reshape(-1)
             entry["classes"] = self._save("window%d_classes.npy" % w, y)
         self.windows.append(entry)
         self.window_data.append((x, y))
@@ -124,14 +167,25 @@ class WindowSetWriter:
         """tensors: {"grad/layer0.weight": array, "clip/norm", "step/lr", "param/...",
         "state/...", "stats/..."}; fed: per micro-batch, the indices of the
         window's samples it fed (-1: a sample not in the window)."""
+        if run not in ("K_acc", "K_full"):
+            raise ValueError("run must be 'K_acc' or 'K_full', got %r" % (run,))
+        if not isinstance(window, int) or window < 0:
+            raise ValueError("window must be a whole number >= 0, got %r" % (window,))
+        try:
+            fed = [[int(i) for i in mb] for mb in fed]
+        except (TypeError, ValueError):
+            raise ValueError("fed must list, per micro-batch, the window's sample indices it fed (e.g. [[0, 1], "
+                             "[2, 3]]); got %r" % (fed,)) from None
+        if not isinstance(tensors, dict):
+            raise ValueError("tensors must map entry names to arrays")
         windows = self.runs.setdefault(run, [])
         while len(windows) <= window:
             windows.append({"skipped": False, "fed": [], "tensors": {}})
         entry = windows[window]
         entry["skipped"] = bool(skipped)
-        entry["fed"] = [[int(i) for i in mb] for mb in fed]
+        entry["fed"] = fed
         if missing_gradients:
-            entry["missing_gradients"] = list(missing_gradients)
+            entry["missing_gradients"] = [_name(p, "parameter") for p in missing_gradients]
         if loss is not None:
             entry["loss"] = float(loss)
         for name, value in tensors.items():
@@ -200,7 +254,21 @@ class ModelLayers:
         modules = dict(model.named_modules())
         self.layers, self.names, self.torch_of = [], {}, {}
         self.modules = []  # per gradeq layer: the module's name (or the function's node)
+        # Modules whose training mode decides what they compute: BatchNorm
+        # must train (gradeq's is training mode), Dropout with p > 0 must not.
+        self.must_train, self.must_not_train = [], []
+        self.outputs = None  # the model's output width, where a linear layer sets it
         eps, momentum, used = set(), set(), set()
+        seen = {}
+        for mname, m in model.named_modules():
+            for pname, p in m._parameters.items():  # each module's own, duplicates kept
+                if p is None:
+                    continue
+                name = "%s.%s" % (mname, pname) if mname else pname
+                if id(p) in seen:
+                    raise ValueError("parameters '%s' and '%s' are one tensor: shared (tied) weights are not modelled "
+                                     "yet" % (seen[id(p)], name))
+                seen[id(p)] = name
         previous = None
         for node in graph.nodes:
             if node.op == "placeholder":
@@ -221,11 +289,28 @@ class ModelLayers:
             if node.op == "call_module":
                 m = modules[node.target]
                 kind = self._module(node.target, m, eps, momentum)
+                if isinstance(m, nn.Dropout) and m.p != 0.0:
+                    self.must_not_train.append((node.target, m))
                 if kind is None:
                     continue  # the identity
-                if node.target in used:
+                owned = [pname for pname, _ in m.named_parameters(recurse=False)] + \
+                        [bname for bname, _ in m.named_buffers(recurse=False)]
+                if node.target in used and owned:
                     raise ValueError("module '%s' is used twice: shared (tied) layers are not modelled yet" % node.target)
                 used.add(node.target)
+                expected = {"linear": ["weight", "bias"], "rmsnorm": ["weight"]}.get(kind.split(":")[0],
+                                                                                     ["weight", "bias"])
+                if kind in ("relu", "gelu", "gelu_erf"):
+                    expected = []
+                names = sorted(pname for pname, _ in m.named_parameters())
+                if names != sorted(expected):
+                    raise ValueError("module '%s' (%s) has the parameters %s; gradeq's %s has %s (a reparametrized or "
+                                     "adapted layer is not modelled)" % (node.target, type(m).__name__, names,
+                                                                         kind.split(":")[0], sorted(expected)))
+                if kind == "batchnorm":
+                    self.must_train.append((node.target, m))
+                if kind.startswith("linear:"):
+                    self.outputs = m.out_features
                 l = len(self.layers)
                 for pname, p in m.named_parameters(recurse=False):
                     full = "%s.%s" % (node.target, pname)
@@ -257,6 +342,17 @@ class ModelLayers:
             raise ValueError("the BatchNorm layers have different momentum %s: gradeq's batchnorm_momentum is one value"
                              % sorted(momentum))
         self.batchnorm_momentum = momentum.pop() if momentum else None
+
+    def check_modes(self):
+        """The modules' training modes as gradeq models them, now."""
+        for name, m in self.must_train:
+            if not m.training:
+                raise ValueError("module '%s' (BatchNorm1d) is in eval mode: it normalizes by its running statistics, "
+                                 "gradeq's batchnorm by the batch's (training mode)" % name)
+        for name, m in self.must_not_train:
+            if m.training:
+                raise ValueError("module '%s' (Dropout, p=%g) is in training mode: its random mask no reference can "
+                                 "repeat; feed with p=0 or the module in eval mode" % (name, m.p))
 
     @staticmethod
     def _module(name, m, eps, momentum):
@@ -314,9 +410,10 @@ def layers_of(model):
     return ModelLayers(model).layers
 
 
-def optimizer_settings(optimizer, trained):
+def optimizer_settings(optimizer, trained, model=None):
     """gradeq's optimizer keys, read from a torch optimizer's class and
-    param_groups. `trained`: the parameters that require a gradient."""
+    param_groups. `trained`: the parameters that require a gradient; every
+    one must be stepped, and (with `model`) nothing else may be."""
     torch = _torch()
     kinds = [(torch.optim.AdamW, "adamw"), (torch.optim.Adam, "adam"), (torch.optim.SGD, "sgd")]
     kind = next((name for cls, name in kinds if type(optimizer) is cls), None)
@@ -329,12 +426,21 @@ def optimizer_settings(optimizer, trained):
         if id(p) not in stepped:
             raise ValueError("parameter '%s' requires a gradient but is in none of the optimizer's param_groups: "
                              "freeze it (requires_grad_(False)) or give it to the optimizer" % name)
+    if model is not None:
+        ours = {id(p) for p in model.parameters()}
+        for i, g in enumerate(groups):
+            for p in g["params"]:
+                if id(p) not in ours and p.requires_grad:
+                    raise ValueError("optimizer param_groups[%d] steps a tensor of shape %s that is not a parameter of "
+                                     "the model's layers: gradeq's reference would not step it" % (i, tuple(p.shape)))
     keys = ["momentum", "dampening", "nesterov", "weight_decay"] if kind == "sgd" else ["betas", "eps", "weight_decay"]
     out = None
     for i, g in enumerate(groups):
         for flag in ("maximize", "amsgrad", "capturable", "differentiable"):
             if g.get(flag):
                 raise ValueError("optimizer param_groups[%d]: %s=True is not modelled" % (i, flag))
+        if kind == "adam" and g.get("decoupled_weight_decay"):
+            kind = "adamw"  # Adam(decoupled_weight_decay=True) is AdamW
         s = {"optimizer": kind, "learning_rate": float(g.get("initial_lr", g["lr"]))}
         for k in keys:
             v = g[k]
@@ -368,8 +474,23 @@ class TorchRecorder:
             raise ValueError("run must be 'K_acc' or 'K_full', got %r" % (run,))
         if scenario is not None and not isinstance(scenario, dict):
             raise ValueError("scenario must be a dict of gradeq config keys, got %s" % type(scenario).__name__)
+        unknown = sorted(set(scenario or {}) - CONFIG_KEYS)
+        if unknown:
+            raise ValueError("scenario keys %s are not gradeq config keys (README \"A config file\")" % unknown)
+        if (run == "K_full") != (writer is not None) or (writer is not None and not isinstance(writer, WindowSetWriter)):
+            raise ValueError("a K_full recorder writes beside the accumulated run: writer=<the K_acc recorder>.writer; "
+                             "a K_acc recorder makes its own")
+        if run == "K_full" and "K_acc" not in writer.runs:
+            raise ValueError("writer=...: the accumulated run has recorded no window yet")
+        if scaler is not None and not all(hasattr(scaler, a) for a in ("is_enabled", "get_scale", "state_dict")):
+            raise ValueError("scaler=%r is not a torch GradScaler" % (scaler,))
+        if not isinstance(steps_taken, int) or isinstance(steps_taken, bool) or steps_taken < 0:
+            raise ValueError("steps_taken must be a whole number >= 0, got %r" % (steps_taken,))
         self.model, self.optimizer, self.run, self.scaler = model, optimizer, run, scaler
         self.declared = dict(scenario or {})
+        if "positions" in self.declared and (not isinstance(self.declared["positions"], int) or
+                                             self.declared["positions"] < 1):
+            raise ValueError("scenario key positions must be a whole number >= 1, got %r" % (self.declared["positions"],))
         self.structure = ModelLayers(model)
         self.trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if not self.trained:
@@ -379,27 +500,41 @@ class TorchRecorder:
                 raise ValueError("parameter '%s' is %s: gradeq models float32 weights (master weights; the compute "
                                  "dtype is declared with compute_dtype or shown by autocast)" % (n, p.dtype))
         self.read = {"layers": self.structure.layers, "frozen": self.structure.frozen}
-        self.read.update(optimizer_settings(optimizer, self.trained))
+        self.read.update(optimizer_settings(optimizer, self.trained, model))
         if self.structure.norm_eps is not None:
             self.read["norm_eps"] = self.structure.norm_eps
         if self.structure.batchnorm_momentum is not None:
             self.read["batchnorm_momentum"] = self.structure.batchnorm_momentum
         self.read.update(self._scaler_settings())
-        if any(p.is_cuda for p in model.parameters()):
+        self.cuda = any(p.is_cuda for p in model.parameters())
+        if self.cuda:
             self.read["tf32"] = bool(torch.backends.cuda.matmul.allow_tf32)
         self._refuse_contradictions(self.read)
-        self.writer = writer
-        if writer is None:
+        # A run that does not start fresh: the optimizer's own step count.
+        counted = {int(st["step"]) for st in optimizer.state.values() if "step" in st}
+        if len(counted) > 1:
+            raise ValueError("the optimizer's parameters have taken different numbers of steps %s" % sorted(counted))
+        if counted and steps_taken == 0:
+            steps_taken = counted.pop()
+        elif counted and counted != {steps_taken}:
+            raise ValueError("steps_taken=%d, but the optimizer has taken %d steps" % (steps_taken, counted.pop()))
+        if run == "K_full":
+            self.writer = writer
+            for key in sorted(set(self.read) | set(writer.read)):
+                if not _same(self.read.get(key), writer.read.get(key)):
+                    raise ValueError("the full-batch run has %s = %r where the accumulated run has %r"
+                                     % (key, self.read.get(key), writer.read.get(key)))
+        else:
             self.writer = WindowSetWriter(directory, {})
-        elif run != "K_full" or "K_acc" not in writer.runs:
-            raise ValueError("writer=...: a second recorder records K_full beside a K_acc recorder's writer")
+            self.writer.read = self.read
         self.window = 0
-        self.steps = int(steps_taken)
+        self.steps = steps_taken
         self.positions = None
         self.fed_sizes = []  # per window, the micro-batch sizes fed (samples)
         self.clip_norms = set()
+        self.closed = False
         self._reset_window()
-        if self.writer.initial:  # a K_full recorder: the same start as K_acc's
+        if run == "K_full":  # the same start as K_acc's
             for name, p in model.named_parameters():
                 start = self.writer.initial_values.get(self.structure.names[name])
                 if start is None or not np.array_equal(start, p.detach().cpu().numpy()):
@@ -408,6 +543,8 @@ class TorchRecorder:
             for name, p in model.named_parameters():
                 self.writer.set_initial(self.structure.names[name], p.detach().cpu().numpy())
             state = self._state_tensors(zeros_for_missing=False)
+            if self._scaler_enabled():
+                state["state/good_steps"] = np.array([[self.scaler._get_growth_tracker()]], dtype=np.float32)
             if state or steps_taken:
                 for entry, value in state.items():
                     self.writer.set_initial_state(entry, value)
@@ -415,14 +552,21 @@ class TorchRecorder:
 
     # ---- what the loop calls
 
-    def begin_window(self, inputs, targets):
+    def begin_window(self, inputs=None, targets=None):
         """The window's batch, every sample of the optimizer step: inputs
         [samples, features] (with `positions` rows per sample) or [samples,
         positions, features]; targets the classes (integers, -100 =
-        padding: cross-entropy) or the regression targets (floats: mse)."""
+        padding: cross-entropy) or the regression targets (floats: mse).
+        Without them the window is the micro-batches fed, as a trainer drew
+        them from its sampler (gradeq_trainers)."""
         if self._window_x is not None:
             raise ValueError("begin_window() twice: window %d has not been stepped (after_step())" % self.window)
-        self._window_x, self._window_y = self._rows(inputs, targets, "the window's batch")
+        if (inputs is None) != (targets is None):
+            raise ValueError("begin_window(): give both the inputs and the targets of the window, or neither")
+        if inputs is None:
+            self._window_x = self._window_y = ()  # filled by the micro-batches
+        else:
+            self._window_x, self._window_y = self._rows(inputs, targets, "the window's batch")
         self._fed = []
 
     def micro_batch(self, inputs, targets, indices=None):
@@ -432,12 +576,33 @@ class TorchRecorder:
         torch = _torch()
         if self._window_x is None:
             raise ValueError("micro_batch() before begin_window(): give the recorder the window's batch first")
-        x, y = self._rows(inputs, targets, "micro-batch %d" % len(self._fed))
+        self.structure.check_modes()
+        b = len(self._fed)
+        x, y = self._rows(inputs, targets, "micro-batch %d" % b)
+        declared = not isinstance(self._window_x, tuple)
+        if not declared:  # the window is what is fed
+            self._window_x += (x,)
+            self._window_y += (y,)
         if indices is not None:
-            indices = [int(i) for i in indices]
+            if not declared:
+                raise ValueError("micro_batch(indices=...) in a window the micro-batches make up: there is nothing "
+                                 "to point into")
+            try:
+                indices = [int(i) for i in (indices.tolist() if hasattr(indices, "tolist") else indices)]
+            except (TypeError, ValueError):
+                raise ValueError("micro-batch %d: indices=%r is not a list of sample indices" % (b, indices)) from None
+            samples = self._window_x.shape[0] // self.positions
+            keys = self._sample_keys(self._window_x, self._window_y)
             if len(indices) != x.shape[0] // self.positions:
-                raise ValueError("micro_batch(indices=...): %d indices for %d samples"
-                                 % (len(indices), x.shape[0] // self.positions))
+                raise ValueError("micro-batch %d: %d indices for %d samples" % (b, len(indices),
+                                                                               x.shape[0] // self.positions))
+            for i, (index, key) in enumerate(zip(indices, self._sample_keys(x, y))):
+                if not 0 <= index < samples:
+                    raise ValueError("micro-batch %d: index %d is not a sample of the window (0 to %d)"
+                                     % (b, index, samples - 1))
+                if keys[index] != key:
+                    raise ValueError("micro-batch %d: its sample %d is not the window's sample %d that indices= "
+                                     "names" % (b, i, index))
         self._fed.append((x, y, indices))
         if torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled():
             dtype = torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else torch.get_autocast_cpu_dtype()
@@ -455,23 +620,67 @@ class TorchRecorder:
         if {id(p) for p in parameters if p.requires_grad} != {id(p) for _, p in self.trained}:
             raise ValueError("clip_grad_norm_ over other parameters than the model's trained ones: gradeq clips "
                              "by the global norm of every trained parameter")
-        self._unclipped = self._gradients()
+        if isinstance(max_norm, bool) or not isinstance(max_norm, (int, float)) or not max_norm > 0:
+            raise ValueError("clip_grad_norm_(max_norm=%r): a number > 0" % (max_norm,))
+        unclipped = self._gradients()
         norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type, **kwargs)
-        norm32 = torch.as_tensor(norm, dtype=torch.float32).detach().cpu()
-        coefficient = torch.clamp(float(max_norm) / (norm32 + CLIP_EPSILON), max=1.0)  # clip_grad_norm_'s, in float32
-        self._clip = (float(norm32), float(coefficient))
-        self.clip_norms.add(float(max_norm))
+        self._record_clip(unclipped, max_norm, norm)
         return norm
 
-    def before_step(self):
-        """After the last micro-batch (and the clip), before optimizer.step()."""
-        if self._window_x is None:
-            raise ValueError("before_step() before begin_window()")
-        self._grads = self._gradients()
+    def record_clip(self, unclipped, max_norm):
+        """For a loop that clips by other means (a trainer): the gradient
+        before the clip, {gradeq name: array}; the norm and coefficient are
+        computed from it as clip_grad_norm_ computes them."""
+        torch = _torch()
+        grads = [torch.as_tensor(g, dtype=torch.float32) for g in unclipped.values() if g is not None]
+        if not grads:
+            raise ValueError("the clip of window %d saw no gradient: no backward reached the model's layers"
+                             % self.window)
+        if isinstance(max_norm, bool) or not isinstance(max_norm, (int, float)) or not max_norm > 0:
+            raise ValueError("the clip's max_norm=%r: a number > 0" % (max_norm,))
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g, 2.0) for g in grads]), 2.0)
+        self._record_clip(unclipped, max_norm, norm)
+
+    def _record_clip(self, unclipped, max_norm, norm):
+        torch = _torch()
+        norm32 = torch.as_tensor(norm, dtype=torch.float32).detach().cpu()
+        coefficient = torch.clamp(float(max_norm) / (norm32 + CLIP_EPSILON), max=1.0)  # clip_grad_norm_'s, in float32
+        self._unclipped = unclipped
+        self._clip = (float(norm32), float(coefficient))
+        self.clip_norms.add(float(max_norm))
+
+    def gradients(self):
+        """The trained parameters' .grad now, by gradeq name (None: no gradient)."""
+        return self._gradients()
+
+    def learning_rate(self):
+        """The rate the optimizer steps with now (param_groups' lr)."""
         rates = {float(g["lr"]) for g in self.optimizer.param_groups}
         if len(rates) > 1:
             raise ValueError("the param_groups step with different learning rates %s" % sorted(rates))
-        self._lr = rates.pop()
+        return rates.pop()
+
+    def before_step(self, learning_rate=None):
+        """After the last micro-batch (and the clip), before optimizer.step().
+        learning_rate: the step's, where it was read earlier (a trainer whose
+        scheduler has moved on by now)."""
+        if self._window_x is None:
+            raise ValueError("before_step() before begin_window()")
+        if not self._fed:
+            raise ValueError("before_step(): no micro-batch was fed in window %d" % self.window)
+        if self._scaler_enabled():
+            # The gradient the step uses is unscaled: GradScaler.step unscales
+            # it where the loop has not (no clip, say). Unscaling it here is
+            # what step would do, and records what the step uses.
+            states = getattr(self.scaler, "_per_optimizer_states", None)
+            stage = states[id(self.optimizer)].get("stage") if states is not None else None
+            if stage is None:
+                raise ValueError("cannot tell whether the GradScaler has unscaled this optimizer's gradients: call "
+                                 "scaler.unscale_(optimizer) before rec.before_step()")
+            if getattr(stage, "name", str(stage)) == "READY":
+                self.scaler.unscale_(self.optimizer)
+        self._grads = self._gradients()
+        self._lr = self.learning_rate() if learning_rate is None else float(learning_rate)
         self._scale_before = self._scale()
 
     def after_step(self):
@@ -508,16 +717,26 @@ class TorchRecorder:
         self._reset_window()
 
     def close(self):
-        """Writes manifest.json (the K_acc recorder's; a K_full recorder
-        sharing its writer only checks its own windows)."""
+        """Writes manifest.json (the K_acc recorder's; a K_full recorder,
+        closed first, leaves what it recorded for the K_acc one to check)."""
+        if self.closed:
+            raise ValueError("close() twice: the window set is written")
         if self._window_x is not None:
             raise ValueError("close() inside window %d: after_step() was not called" % self.window)
+        if self._autocast and len(self._autocast) > 1:
+            raise ValueError("micro-batches were fed under different autocast settings: %s" % sorted(self._autocast))
         if self.run == "K_full":
+            self.closed = True
+            self.writer.full = (self.window, sorted(self.clip_norms), sorted(self._autocast))
             return
         if not self.fed_sizes:
             raise ValueError("close() before any window was recorded (begin_window ... after_step)")
-        if self._autocast and len(self._autocast) > 1:
-            raise ValueError("micro-batches were fed under different autocast settings: %s" % sorted(self._autocast))
+        full = getattr(self.writer, "full", None)
+        if full is not None and full != (self.window, sorted(self.clip_norms), sorted(self._autocast)):
+            raise ValueError("the full-batch run recorded %d windows, clip %s, autocast %s; the accumulated run %d, %s, "
+                             "%s" % (full[0], full[1], full[2], self.window, sorted(self.clip_norms),
+                                     sorted(self._autocast)))
+        self.closed = True
         read = dict(self.read)
         read["input_features"] = self.input_features
         read["positions"] = self.positions
@@ -525,10 +744,15 @@ class TorchRecorder:
         if len(self.clip_norms) > 1:
             raise ValueError("clip_grad_norm_ was called with different max_norm %s" % sorted(self.clip_norms))
         if self.clip_norms:
-            read["clip_max_norm"] = self.clip_norms.pop()
-        autocast = self._autocast.pop() if self._autocast else "float32"
+            read["clip_max_norm"] = next(iter(self.clip_norms))
+        autocast = next(iter(self._autocast)) if self._autocast else "float32"
         if autocast != "float32":
             read["compute_dtype"] = autocast
+            if self.cuda:  # cuBLAS may reduce in the compute dtype where torch allows it
+                torch = _torch()
+                flag = "allow_bf16_reduced_precision_reduction" if autocast == "bfloat16" else \
+                    "allow_fp16_reduced_precision_reduction"
+                read["reduced_precision_reduction"] = bool(getattr(torch.backends.cuda.matmul, flag, False))
         # What the run had that gradeq would otherwise take as a default: said
         # outright, so that the manifest carries every setting.
         read["accumulate_dtype"] = "float32"  # .grad has the float32 weights' dtype
@@ -597,6 +821,8 @@ class TorchRecorder:
         sequences = x.dim() == 3
         if x.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
             raise ValueError("%s: inputs of dtype %s (floating point expected)" % (what, x.dtype))
+        if x.numel() == 0:
+            raise ValueError("%s: inputs of shape %s hold no sample" % (what, tuple(inputs.shape)))
         if x.dim() == 3:
             positions = x.shape[1]
             if self.positions is not None and positions != self.positions:
@@ -628,17 +854,31 @@ class TorchRecorder:
             raise ValueError("%s: %d input features, earlier %d" % (what, xf.shape[1], self.input_features))
         self.input_features = int(xf.shape[1])
         y = targets.detach().cpu()
+        outputs = self.structure.outputs
         if y.dtype.is_floating_point:
             loss = "mse"
-            y = y.reshape(xf.shape[0], -1).to(torch.float32) if y.numel() % xf.shape[0] == 0 else None
+            fits = y.numel() % xf.shape[0] == 0 and (outputs is None or y.numel() == xf.shape[0] * outputs)
+            y = y.reshape(xf.shape[0], -1) if fits else None
+            if y is not None:
+                if not torch.isfinite(y).all():
+                    raise ValueError("%s: targets hold NaN or Inf" % what)
+                if not torch.equal(y.to(torch.float32).to(y.dtype), y):
+                    raise ValueError("%s: targets are not float32 values (gradeq's data is float32)" % what)
+                y = y.to(torch.float32)
         elif y.dtype in (torch.int64, torch.int32, torch.int16, torch.uint8):
             loss = "cross_entropy"
             y = y.reshape(-1).to(torch.int64) if y.numel() == xf.shape[0] else None
+            if y is not None and outputs is not None:
+                bad = (y != IGNORE_CLASS) & ((y < 0) | (y >= outputs))
+                if bad.any():
+                    raise ValueError("%s: class %d is outside [0, %d) and is not the padding class -100"
+                                     % (what, int(y[bad][0]), outputs))
         else:
             raise ValueError("%s: targets of dtype %s (integer classes or floating-point targets expected)"
                              % (what, y.dtype))
         if y is None:
-            raise ValueError("%s: targets of shape %s do not match %d rows" % (what, tuple(targets.shape), xf.shape[0]))
+            raise ValueError("%s: targets of shape %s do not match %d rows%s" % (
+                what, tuple(targets.shape), xf.shape[0], "" if outputs is None else " of %d outputs" % outputs))
         if getattr(self, "loss", loss) != loss:
             raise ValueError("%s: %s targets, earlier %s" % (what, loss, self.loss))
         self.loss = loss
@@ -656,7 +896,10 @@ class TorchRecorder:
         where = {}
         for i, k in enumerate(self._sample_keys(window_x, window_y)):
             where.setdefault(k, []).append(i)
-        taken, out = set(), []
+        # Indices the loop gave are taken first; the rest are matched to the
+        # samples left.
+        taken = {i for _, _, indices in self._fed if indices is not None for i in indices}
+        out = []
         for x, y, indices in self._fed:
             if indices is None:
                 indices = []
@@ -674,6 +917,8 @@ class TorchRecorder:
         written in the order fed, so that the reference's micro-batches are
         the loop's."""
         p = self.positions
+        if isinstance(self._window_x, tuple):  # the micro-batches were the window
+            self._window_x, self._window_y = np.concatenate(self._window_x), np.concatenate(self._window_y)
         if self.run == "K_full":
             # Its batch must be the accumulated run's window, in any order.
             if w >= len(self.writer.window_data):

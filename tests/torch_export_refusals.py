@@ -171,6 +171,75 @@ def clip_two_norms():
     rec.close()
 
 
+def batchnorm_in_eval_mode():
+    rec = recorder(mlp(nn.BatchNorm1d(8)))
+    rec.model.eval()
+    one_window(rec)
+
+
+def dropout_put_in_training_mode():
+    m = mlp(nn.Dropout(0.5)).eval()
+    rec = recorder(m)
+    m.train()
+    one_window(rec)
+
+
+def tied_weights():
+    m = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+    m[2].weight = m[0].weight
+    recorder(m)
+
+
+def an_adapted_linear():
+    m = mlp(nn.ReLU())
+    m[0].register_parameter("lora_a", nn.Parameter(torch.zeros(2, 4)))
+    recorder(m)
+
+
+def an_outside_parameter_stepped():
+    m = mlp(nn.ReLU())
+    scale = nn.Parameter(torch.ones(()))
+    recorder(m, torch.optim.SGD(list(m.parameters()) + [scale], lr=0.1))
+
+
+def indices_that_lie():
+    rec = recorder()
+    x, y = torch.randn(4, 4), torch.randn(4, 3)
+    rec.begin_window(x, y)
+    rec.micro_batch(x[1:3], y[1:3], indices=[2, 3])
+
+
+def float64_targets():
+    recorder().begin_window(torch.randn(2, 4), torch.full((2, 3), 0.1, dtype=torch.float64))
+
+
+def a_class_past_the_outputs():
+    rec = recorder(nn.Sequential(nn.Linear(4, 3)))
+    rec.begin_window(torch.randn(2, 4), torch.tensor([1, 3]))
+
+
+def k_full_other_optimizer():
+    acc = recorder()
+    one_window(acc)
+    m = mlp(nn.ReLU())
+    gradeq_export.TorchRecorder(OUT, m, torch.optim.SGD(m.parameters(), lr=0.5), {"name": "x"}, run="K_full",
+                                writer=acc.writer)
+
+
+def k_full_without_writer():
+    acc = recorder()
+    one_window(acc)
+    m = mlp(nn.ReLU())
+    gradeq_export.TorchRecorder(OUT, m, torch.optim.SGD(m.parameters(), lr=0.1), {"name": "x"}, run="K_full")
+
+
+def close_twice():
+    rec = recorder()
+    one_window(rec)
+    rec.close()
+    rec.close()
+
+
 CASES = [
     ("not a module", lambda: recorder(model="model", opt=torch.optim.SGD(mlp().parameters(), lr=0.1)),
      "torch.nn.Module"),
@@ -219,6 +288,21 @@ CASES = [
      "module '1' (GroupNorm) normalizes each row alone"),
     ("BatchNorm1d over [samples, positions, features]", lambda: recorder(mlp(nn.BatchNorm1d(8))).begin_window(
         torch.randn(2, 3, 4), torch.randn(2, 3, 3)), "module '1' (BatchNorm1d) normalizes dimension 1"),
+    ("BatchNorm in eval mode", batchnorm_in_eval_mode, "module '1' (BatchNorm1d) is in eval mode"),
+    ("Dropout put back in training mode", dropout_put_in_training_mode, "module '1' (Dropout, p=0.5) is in training"),
+    ("tied weights", tied_weights, "parameters '0.weight' and '2.weight' are one tensor"),
+    ("a linear layer with an adapter's parameters", an_adapted_linear, "has the parameters ['bias', 'lora_a', 'weight']"),
+    ("a stepped tensor outside the model", an_outside_parameter_stepped, "not a parameter of the model's layers"),
+    ("indices that name other samples", indices_that_lie, "its sample 0 is not the window's sample 2"),
+    ("float64 targets", float64_targets, "targets are not float32 values"),
+    ("a class past the outputs", a_class_past_the_outputs, "class 3 is outside [0, 3)"),
+    ("a misspelt scenario key", lambda: recorder(scenario={"name": "x", "warmup_step": 1}),
+     "['warmup_step'] are not gradeq config keys"),
+    ("K_full with another optimizer", k_full_other_optimizer, "the full-batch run has learning_rate = 0.5"),
+    ("K_full without the writer", k_full_without_writer, "writer=<the K_acc recorder>.writer"),
+    ("close twice", close_twice, "close() twice"),
+    ("the writer rounding a float64 result", lambda: gradeq_export.WindowSetWriter(OUT + "_w", {}).set_initial(
+        "layer0.weight", [[0.1]]), "values that are not float32 numbers"),
 ]
 
 
