@@ -124,14 +124,15 @@ void diagnose_group(const Group& g, const std::vector<std::string>& without_grad
   for (const auto& [windows, f] : factors) {
     std::string which = "window" + std::string(windows.size() > 1 ? "s " : " ");
     for (std::size_t i = 0; i < windows.size(); ++i) which += (i ? ", " : "") + std::to_string(windows[i]);
-    int exponent = 0;
-    const bool power_of_two = std::frexp(f, &exponent) == 0.5 && exponent > 1;
+    const double octaves = std::log2(f);  // a loss scale is a power of two >= 2
+    const bool power_of_two = octaves > 0.5 && std::abs(octaves - std::round(octaves)) < kFactorSpread;
     out.push_back(g.run + " ≈ " + number(f, 4) + " × " + g.reference + " in " + which + " (every gradient; cosine ≥ " +
                   number(kFactorCosine) + "): " +
-                  (power_of_two ? "a power of two, the loss scale's kind: the gradient taken before the unscale (a "
-                                  "clip before GradScaler.unscale_?)"
-                                : "a normalisation factor (the loss divided by N once too often or too rarely? a "
-                                  "normaliser that counts padding or one micro-batch's items?)"));
+                  "a normalisation factor (the loss divided by N once too often or too rarely? a normaliser that "
+                  "counts padding or one micro-batch's items?)" +
+                  (power_of_two ? " or, a power of two, a loss scale left in (the gradient taken before "
+                                  "GradScaler.unscale_?)"
+                                : ""));
   }
   out.insert(out.end(), lines.begin(), lines.end());
 }

@@ -47,6 +47,14 @@ TEST(Diagnosis, AConstantFactorOnEveryGradientIsANormalisationFactor) {
   // B5: only the partial last window (2 of 4 micro-batches) is scaled, by 2/4.
   const ScenarioResult b5 = check_with("B5", "partial_last_window");
   EXPECT_TRUE(says(b5.accumulation.diagnosis, "K_acc ≈ 0.5 × R_full in window 2 ")) << joined(b5.accumulation.diagnosis);
+  // B3 on equal micro-batches multiplies by N = 4, a power of two: a loss
+  // scale left in is named beside the normalisation.
+  const ScenarioResult b3 = check_with("B3", "mlp_mse_equal");
+  EXPECT_TRUE(says(b3.accumulation.diagnosis, "K_acc ≈ 4 × R_full in window 0 (every gradient; cosine ≥ 0.9999): a "
+                                              "normalisation factor"))
+      << joined(b3.accumulation.diagnosis);
+  EXPECT_TRUE(says(b3.accumulation.diagnosis, " or, a power of two, a loss scale left in"))
+      << joined(b3.accumulation.diagnosis);
   // A gradient wrong in direction (B17: a sample twice, one never) is no factor.
   const ScenarioResult b17 = check_with("B17", "mlp_mse_equal");
   EXPECT_FALSE(says(b17.accumulation.diagnosis, "normalisation factor")) << joined(b17.accumulation.diagnosis);

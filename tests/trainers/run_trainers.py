@@ -51,7 +51,7 @@ CASES = [
      "the batch's mean loss with equal batches: right in full windows, r/N in the partial one (B5)"),
     ("current", "scaler_case.py", "correct", "pass", None,
      "a hand-written loop with torch.amp.GradScaler: its scale, growth and state read"),
-    ("current", "scaler_case.py", "clip_before_unscale", "FAIL", "the gradient taken before the unscale",
+    ("current", "scaler_case.py", "clip_before_unscale", "FAIL", "a loss scale left in",
      "the same, clipped before GradScaler.unscale_ (B14)"),
 ]
 
