@@ -7,6 +7,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "kernels/communicator.h"
 #include "kernels/norm_geometry.h"
 
 namespace gradeq {
@@ -247,8 +248,7 @@ KernelWindow TrainingLoop::record_window() {
   out.skipped = skipped_;
   out.fed = fed_;
   auto download = [&](const Tensor& t) {
-    std::vector<float> host(static_cast<std::size_t>(t.size()));
-    backend_.download(t, host);
+    const std::vector<float> host = host_values(backend_, t);
     return std::vector<double>(host.begin(), host.end());
   };
   auto counter = [&](Counter c) {
@@ -386,8 +386,7 @@ void TrainingLoop::unscale_gradients() {
 void TrainingLoop::keep_unclipped_gradients() {
   unclipped_.assign(grads_.size(), {});
   for (std::size_t p = 0; p < grads_.size(); ++p) {
-    std::vector<float> host(static_cast<std::size_t>(grads_[p].size()));
-    backend_.download(grads_[p], host);
+    const std::vector<float> host = host_values(backend_, grads_[p]);
     unclipped_[p].assign(host.begin(), host.end());
   }
 }
