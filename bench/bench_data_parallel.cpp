@@ -19,6 +19,7 @@
 #include <benchmark/benchmark.h>
 
 #include "harness/data_parallel.h"
+#include "harness/ops/registry.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/mpi/mpi_communicator.h"
 
@@ -56,7 +57,7 @@ ScenarioSpec block(int ranks) {
   ScenarioSpec s;
   s.name = "bench_block";
   s.model.input_features = 256;
-  s.model.layers = {{ref::LayerKind::linear, 1024}, {ref::LayerKind::gelu, 0}, {ref::LayerKind::linear, 256}};
+  s.model.layers = {layer_of("linear", 1024), layer_of("gelu"), layer_of("linear", 256)};
   s.model.loss = ref::LossKind::mse;
   s.split = {std::vector<long>(8, 4)};
   s.procedure.optimizer.kind = ref::OptimizerKind::adamw;

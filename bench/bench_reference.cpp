@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bench/ceiling.h"
+#include "harness/ops/registry.h"
 #include "reference/matmul.h"
 #include "reference/procedure.h"
 
@@ -109,8 +110,8 @@ void BM_ReferenceWindow(benchmark::State& state) {
   ref::ModelSpec spec;
   spec.input_features = h;
   spec.positions = positions;
-  spec.layers = {{ref::LayerKind::linear, 4 * h, 0}, {ref::LayerKind::gelu, 0, 0}, {ref::LayerKind::layer_norm, 0, 0},
-                 {ref::LayerKind::linear, h, 0}};
+  spec.layers = {layer_of("linear", 4 * h), layer_of("gelu"), layer_of("layernorm"),
+                 layer_of("linear", h)};
   spec.loss = ref::LossKind::cross_entropy;
   ref::Tensors<double> params;
   std::uint64_t seed = 10;

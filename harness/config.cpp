@@ -11,6 +11,7 @@
 
 #include <toml++/toml.h>
 
+#include "harness/ops/registry.h"
 #include "kernels/dtype.h"
 
 namespace gradeq {
@@ -56,17 +57,52 @@ long layer_count(const std::string& s, std::size_t prefix, const std::string& wh
 }
 
 ref::LayerSpec layer(const std::string& s, const std::string& where) {
-  if (s.starts_with("linear:")) return {ref::LayerKind::linear, layer_count(s, 7, where, "linear:<output features>"), 0};
-  if (s.starts_with("groupnorm:")) return {ref::LayerKind::group_norm, 0, layer_count(s, 10, where, "groupnorm:<groups>")};
-  const ref::LayerKind k = choose<ref::LayerKind>(s,
-                                                  {{"relu", ref::LayerKind::relu},
-                                                   {"gelu", ref::LayerKind::gelu},
-                                                   {"gelu_erf", ref::LayerKind::gelu_erf},
-                                                   {"layernorm", ref::LayerKind::layer_norm},
-                                                   {"batchnorm", ref::LayerKind::batch_norm},
-                                                   {"rmsnorm", ref::LayerKind::rms_norm}},
-                                                  where, "layer");
-  return {k, 0, 0};
+  const std::string name = s.substr(0, s.find(':'));
+  const OpRecord* op = find_op(name);
+  if (!op || op->combines() || (op->argument().empty() && name.size() < s.size()))
+    fail(where, "layer = \"" + s + "\" is not one of: " + op_syntax());
+  if (op->argument().empty()) return {op, 0, {}};
+  const std::string syntax = name + ":<" + std::string(op->argument()) + ">";
+  if (name.size() == s.size()) fail(where, "layer \"" + s + "\": expected " + syntax);
+  return {op, layer_count(s, name.size() + 1, where, syntax), {}};
+}
+
+// A layer list: op strings, and combinators as one-key tables
+// { residual = [...] }, nested. `path` names the list in messages:
+// "layers", "layers[2].residual".
+std::vector<ref::LayerSpec> layer_list(const toml::node& n, const std::string& where, const std::string& path) {
+  const toml::array* list = n.as_array();
+  if (!list || list->empty())
+    fail(where, path + " must be a non-empty list like [\"linear:8\", \"relu\", \"linear:2\"]");
+  std::vector<ref::LayerSpec> out;
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    const toml::node& l = (*list)[i];
+    const std::string at = path + "[" + std::to_string(i) + "]";
+    if (const toml::table* t = l.as_table()) {
+      if (t->size() != 1) fail(where, at + ": a combinator is a table of one key, like { residual = [...] }");
+      std::string name;
+      const toml::node* body = nullptr;
+      for (const auto& [key, value] : *t) {
+        name = std::string(key.str());
+        body = &value;
+      }
+      const OpRecord* op = find_op(name);
+      if (!op || !op->combines()) fail(where, at + ": '" + name + "' is not a combinator (one of: " + op_syntax() + ")");
+      out.push_back({op, 0, layer_list(*body, where, at + "." + name)});
+      continue;
+    }
+    if (!l.is_string()) fail(where, at + " must be a string like \"linear:8\" or a table like { residual = [...] }");
+    out.push_back(layer(*l.value<std::string>(), where + ", " + at));
+  }
+  return out;
+}
+
+nlohmann::json layers_json(const std::vector<ref::LayerSpec>& layers) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const ref::LayerSpec& l : layers)
+    out.push_back(l.op->combines() ? nlohmann::json{{std::string(l.op->name()), layers_json(l.body)}}
+                                   : nlohmann::json(layer_text(l)));
+  return out;
 }
 
 Split split_of(const toml::node& n, const std::string& where) {
@@ -107,9 +143,7 @@ ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::
   if (valid_scenario_name(s.name)) where += " (" + s.name + ")";  // a bad name is said by validate(), not echoed
   s.model.input_features = positive_integer(*t.get("input_features"), where, "input_features");
   if (const toml::node* n = t.get("positions")) s.model.positions = positive_integer(*n, where, "positions");
-  const toml::array* layers = t.get("layers")->as_array();
-  if (!layers || layers->empty()) fail(where, "layers must be a non-empty list like [\"linear:8\", \"relu\", \"linear:2\"]");
-  for (const toml::node& l : *layers) s.model.layers.push_back(layer(text(l, where, "layers"), where));
+  s.model.layers = layer_list(*t.get("layers"), where, "layers");
   if (const toml::node* n = t.get("loss"))
     s.model.loss = choose<ref::LossKind>(text(*n, where, "loss"),
                                          {{"mse", ref::LossKind::mse}, {"cross_entropy", ref::LossKind::cross_entropy}},
@@ -222,8 +256,7 @@ ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::
   for (const char* key : {"growth_interval", "growth_factor", "backoff_factor"})
     not_for(key, s.procedure.loss_scaling.dynamic, "dynamic_loss_scale is not true");
   not_for("batchnorm_mode", ref::has_batch_norm(s.model), "the model has no batchnorm");
-  bool any_norm = false;
-  for (const ref::LayerSpec& l : s.model.layers) any_norm = any_norm || ref::is_norm(l.kind);
+  const bool any_norm = ref::any_op(s.model, [](const ref::Op& op) { return op.normalizes(); });
   not_for("norm_eps", any_norm, "the model has no normalizer");
   not_for("batchnorm_momentum", ref::has_batch_norm(s.model), "the model has no batchnorm");
   flag("tf32", s.precision.tf32);
@@ -256,6 +289,14 @@ void push_toml(Container& out, const nlohmann::json& v, const std::string& where
     out.push_back(v.get<std::string>());
   } else if (v.is_array()) {
     out.push_back(toml_array(v, where));
+  } else if (v.is_object()) {  // a combinator in a layer list: { "residual": [...] }
+    toml::table t;
+    for (const auto& [key, value] : v.items()) {
+      toml::array one;
+      push_toml(one, value, where);
+      t.insert(key, std::move(one[0]));
+    }
+    out.push_back(std::move(t));
   } else {
     fail(where, "unexpected value " + v.dump().substr(0, 60));
   }
@@ -270,16 +311,7 @@ toml::array toml_array(const nlohmann::json& j, const std::string& where) {
 }  // namespace
 
 nlohmann::json scenario_to_json(const ScenarioSpec& s) {
-  nlohmann::json layers = nlohmann::json::array();
-  for (const ref::LayerSpec& l : s.model.layers) {
-    std::string name = ref::layer_name(l.kind);
-    // Appended piecewise: ":" + std::string&& trips a false -Wrestrict in g++ 12.
-    if (l.kind == ref::LayerKind::linear || l.kind == ref::LayerKind::group_norm) {
-      name += ':';
-      name += std::to_string(l.kind == ref::LayerKind::linear ? l.features : l.groups);
-    }
-    layers.push_back(name);
-  }
+  const nlohmann::json layers = layers_json(s.model.layers);
   const ref::ProcedureConfig& p = s.procedure;
   const ref::OptimizerSpec& o = p.optimizer;
   nlohmann::json j = {
@@ -321,9 +353,7 @@ nlohmann::json scenario_to_json(const ScenarioSpec& s) {
   j["frozen"] = frozen;
   if (ref::has_batch_norm(s.model))
     j["batchnorm_mode"] = p.batch_norm == ref::BatchNormMode::per_micro_batch ? "per_micro_batch" : "exact_window";
-  bool any_norm = false;
-  for (const ref::LayerSpec& l : s.model.layers) any_norm = any_norm || ref::is_norm(l.kind);
-  if (!any_norm) j.erase("norm_eps");
+  if (!ref::any_op(s.model, [](const ref::Op& op) { return op.normalizes(); })) j.erase("norm_eps");
   if (!ref::has_batch_norm(s.model)) j.erase("batchnorm_momentum");
   if (o.kind == ref::OptimizerKind::sgd) {
     j["momentum"] = o.momentum;

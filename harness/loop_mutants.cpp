@@ -217,8 +217,8 @@ class KeepsEveryGraph : public TrainingLoop {
   }
   double micro_batch(const ref::Batch& mb, float scale) override {
     const double loss = TrainingLoop::micro_batch(mb, scale);
-    for (std::size_t l = 0; l < widths_.size(); ++l) {
-      const Tensor a = activation(l, mb.rows());
+    for (std::size_t v = 0; v < model_->values(); ++v) {
+      const Tensor a = activation(v, mb.rows());
       held_.push_back(std::make_unique<Tensor>());  // own() keeps its address
       own(*held_.back(), a.rows, a.cols, a.dtype, MemoryCategory::activations);
       backend_.convert(a, *held_.back());
@@ -242,7 +242,18 @@ class KeepsEveryGraph : public TrainingLoop {
 class RecomputeUpdatesRunningStatistics : public TrainingLoop {
  public:
   using TrainingLoop::TrainingLoop;
-  void forward_layer(std::size_t l, long rows, bool) override { TrainingLoop::forward_layer(l, rows, true); }
+  void forward_node(std::size_t n, long rows, bool) override { TrainingLoop::forward_node(n, rows, true); }
+};
+
+// B27 — a branch's gradient of a residual block's input written into the
+// residual stream with = instead of +=: the skip's gradient is lost
+// (llm.c's residual buffers, zeroed and re-accumulated by hand).
+class OverwritesResidualGradient : public TrainingLoop {
+ public:
+  using TrainingLoop::TrainingLoop;
+  void add_input_gradient(const Tensor& value_gradient, const Tensor& part) override {
+    backend_.convert(part, value_gradient);
+  }
 };
 
 }  // namespace
@@ -297,6 +308,9 @@ const std::vector<LoopMutant>& loop_mutants() {
       {{"B25", "checkpoint recompute updates BatchNorm running statistics a second time",
         "PyTorch checkpoint + BatchNorm (documented caveat of torch.utils.checkpoint)"},
        loop_of<RecomputeUpdatesRunningStatistics>()},
+      {{"B27", "a branch's gradient written into the residual stream with = instead of +=: the skip's gradient lost",
+        "llm.c commit b581810 (residual gradient buffers handled by hand under accumulation)"},
+       loop_of<OverwritesResidualGradient>()},
   };
   return all;
 }

@@ -10,7 +10,7 @@
 
 #include "harness/scenario.h"
 #include "harness/training_loop.h"
-#include "kernels/norm_geometry.h"
+#include "harness/ops/registry.h"
 
 namespace gradeq {
 
@@ -44,19 +44,18 @@ MemoryUsage loop_memory(const ScenarioSpec& s, long micro_batch_samples) {
   m[MemoryCategory::optimizer_state] = bytes(params, DType::f32) * ((use.first ? 1.0 : 0.0) + (use.second ? 1.0 : 0.0));
 
   const long rows = micro_batch_samples * model.positions;
-  const std::vector<long> widths = ref::layer_widths(model);
+  const ref::Model graph(model);
+  const LoopPlan plan = loop_plan(graph, s.checkpoint_every);
   double activations = 0.0;
-  for (long width : activation_layout(model, s.checkpoint_every).slot_widths)
-    activations += static_cast<double>(rows) * static_cast<double>(width);
-  const long widest = *std::max_element(widths.begin(), widths.end());
-  activations += 2.0 * static_cast<double>(rows) * static_cast<double>(widest);  // the gradients' two buffers
+  for (long width : plan.slot_widths) activations += static_cast<double>(rows) * static_cast<double>(width);
+  const long widest = *std::max_element(graph.widths.begin(), graph.widths.end());
+  activations += static_cast<double>(plan.gradient_buffers) * static_cast<double>(rows) * static_cast<double>(widest);
   double activation_bytes = bytes(activations, compute);
-  for (std::size_t l = 0; l < model.layers.size(); ++l)
-    if (ref::is_norm(model.layers[l].kind))
-      activation_bytes += 2.0 * bytes(static_cast<double>(
-                                          norm_geometry(norm_config(model, model.layers[l]), rows, widths[l]).group_count()),
-                                      DType::f32);
-  activation_bytes += bytes(static_cast<double>(rows) * (model.loss == ref::LossKind::mse ? widths.back() : 1), DType::f32);
+  for (const ref::Node& node : graph.nodes)
+    activation_bytes +=
+        2.0 * bytes(static_cast<double>(record_of(*node.op).saved_groups(graph, node, rows)), DType::f32);
+  activation_bytes +=
+      bytes(static_cast<double>(rows) * (model.loss == ref::LossKind::mse ? graph.output_width() : 1), DType::f32);
   m[MemoryCategory::activations] = activation_bytes;
   m.peak = m.total();
   return m;

@@ -1,5 +1,6 @@
 // norm_sweep.cpp — the normalizer study, in float64.
 #include "harness/norm_sweep.h"
+#include "harness/ops/registry.h"
 
 #include <cmath>
 #include <stdexcept>
@@ -17,11 +18,11 @@ struct Variant {
 
 const std::vector<Variant>& variants() {
   static const std::vector<Variant> v = {
-      {"batchnorm", {ref::LayerKind::batch_norm, 0, 0}},
-      {"batchnorm (exact window)", {ref::LayerKind::batch_norm, 0, 0}, ref::BatchNormMode::exact_window},
-      {"layernorm", {ref::LayerKind::layer_norm, 0, 0}},
-      {"groupnorm (4 groups)", {ref::LayerKind::group_norm, 0, 4}},
-      {"rmsnorm", {ref::LayerKind::rms_norm, 0, 0}},
+      {"batchnorm", layer_of("batchnorm")},
+      {"batchnorm (exact window)", layer_of("batchnorm"), ref::BatchNormMode::exact_window},
+      {"layernorm", layer_of("layernorm")},
+      {"groupnorm (4 groups)", layer_of("groupnorm", 4)},
+      {"rmsnorm", layer_of("rmsnorm")},
   };
   return v;
 }
@@ -31,7 +32,7 @@ ScenarioSpec sweep_scenario(const NormSweepOptions& o, const Variant& v, long mi
   s.name = "norm sweep";
   s.model.input_features = 8;
   s.model.positions = o.positions;
-  s.model.layers = {{ref::LayerKind::linear, 16}, v.layer, {ref::LayerKind::relu, 0}, {ref::LayerKind::linear, 4}};
+  s.model.layers = {layer_of("linear", 16), v.layer, layer_of("relu"), layer_of("linear", 4)};
   s.model.loss = ref::LossKind::mse;
   s.split = {std::vector<long>(static_cast<std::size_t>(o.total_batch / micro_batch), micro_batch)};
   s.procedure.batch_norm = v.mode;
@@ -92,13 +93,13 @@ NormSweep run_norm_sweep(const NormSweepOptions& o, const ProgressSink& progress
   for (const Variant& v : variants()) {
     if (progress) progress("sweep norms: " + v.name);
     for (long m : o.micro_batch_sizes) {
-      if (v.layer.kind == ref::LayerKind::batch_norm && m * o.positions < 2) continue;  // no statistics from 1 value
+      if (v.layer.op->couples_samples() && m * o.positions < 2) continue;  // no statistics from 1 value
       std::vector<double> grad, loss, running;
       NormSweepRow row;
       row.norm = v.name;
       row.micro_batch = m;
       row.micro_batches = o.total_batch / m;
-      row.has_running = v.layer.kind == ref::LayerKind::batch_norm;
+      row.has_running = v.layer.op->couples_samples();
       for (int k = 0; k < o.seeds; ++k) {
         const ScenarioSpec spec = sweep_scenario(o, v, m, mix_seed(o.seed, static_cast<std::uint64_t>(k)));
         const Scenario sc = materialize(spec);

@@ -1,5 +1,6 @@
 // precision_sweep.cpp — accumulation dtype x compensation x N.
 #include "harness/precision_sweep.h"
+#include "harness/ops/registry.h"
 
 #include <cmath>
 #include <stdexcept>
@@ -17,7 +18,7 @@ ScenarioSpec precision_sweep_scenario(const PrecisionSweepOptions& o, DType accu
   ScenarioSpec s;
   s.name = "precision sweep";
   s.model.input_features = 16;
-  s.model.layers = {{ref::LayerKind::linear, 32}, {ref::LayerKind::gelu, 0}, {ref::LayerKind::linear, 8}};
+  s.model.layers = {layer_of("linear", 32), layer_of("gelu"), layer_of("linear", 8)};
   s.model.loss = ref::LossKind::mse;
   s.split = {std::vector<long>(static_cast<std::size_t>(micro_batches), o.micro_batch)};
   s.precision.accumulate = accumulate;

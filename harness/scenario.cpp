@@ -56,20 +56,25 @@ ref::Tensors<double> initial_parameters(const ScenarioSpec& s, SeededRandom& rng
   const bool dyadic = s.data == DataKind::dyadic;
   ref::Tensors<double> params;
   for (const ref::ParameterInfo& p : layout) {
-    const ref::LayerKind kind = s.model.layers[p.layer].kind;
-    const bool is_weight = p.name.ends_with(".weight");
-    if (kind == ref::LayerKind::linear) {
+    switch (p.init) {
       // Dyadic weights stay small integers; others are scaled like a
       // standard initialization so activations keep unit size.
-      params.push_back(dyadic ? draw(rng, p.rows, p.cols, DataKind::dyadic)
-                              : draw(rng, p.rows, p.cols, DataKind::normal,
-                                     is_weight ? 1.0 / std::sqrt(static_cast<double>(p.cols)) : 0.1));
-    } else {
+      case ref::Init::fan_in:
+      case ref::Init::small:
+        params.push_back(dyadic ? draw(rng, p.rows, p.cols, DataKind::dyadic)
+                                : draw(rng, p.rows, p.cols, DataKind::normal,
+                                       p.init == ref::Init::fan_in ? 1.0 / std::sqrt(static_cast<double>(p.cols)) : 0.1));
+        break;
       // Normalizer affine parameters: gamma near 1, beta near 0.
-      ref::Matrix<double> m = draw(rng, p.rows, p.cols, DataKind::normal, 0.1);
-      if (is_weight) m.array() += 1.0;
-      for (long i = 0; i < m.size(); ++i) m.data()[i] = as_float32(m.data()[i]);
-      params.push_back(dyadic ? filled(p.rows, p.cols, is_weight ? 1.0 : 0.0) : m);
+      case ref::Init::gain:
+      case ref::Init::shift: {
+        const bool gain = p.init == ref::Init::gain;
+        ref::Matrix<double> m = draw(rng, p.rows, p.cols, DataKind::normal, 0.1);
+        if (gain) m.array() += 1.0;
+        for (long i = 0; i < m.size(); ++i) m.data()[i] = as_float32(m.data()[i]);
+        params.push_back(dyadic ? filled(p.rows, p.cols, gain ? 1.0 : 0.0) : m);
+        break;
+      }
     }
   }
   return params;
@@ -77,7 +82,7 @@ ref::Tensors<double> initial_parameters(const ScenarioSpec& s, SeededRandom& rng
 
 ref::Batch make_window(const ScenarioSpec& s, SeededRandom& rng, long samples) {
   const long rows = samples * s.model.positions;
-  const long outputs = ref::layer_widths(s.model).back();
+  const long outputs = ref::Model(s.model).output_width();
   ref::Batch b;
   b.positions = s.model.positions;
   b.inputs = draw(rng, rows, s.model.input_features, s.data);
@@ -226,7 +231,8 @@ bool valid_scenario_name(const std::string& name) {
 }
 
 double estimated_peak_bytes(const ScenarioSpec& s) {
-  const std::vector<long> widths = ref::layer_widths(s.model);
+  const ref::Model model(s.model);
+  const std::vector<long>& widths = model.widths;
   // The full-batch run and the accumulated one run at once (the largest
   // window's rows and its largest micro-batch's), or in turn (the larger).
   double rows = 0.0, micro_batch_rows = 0.0;
@@ -241,8 +247,7 @@ double estimated_peak_bytes(const ScenarioSpec& s) {
     width_max = std::max(width_max, static_cast<double>(w));
   }
   double params = 0.0;
-  for (const ref::ParameterInfo& p : ref::parameter_layout(s.model))
-    params += static_cast<double>(p.rows) * static_cast<double>(p.cols);
+  for (const ref::ParameterInfo& p : model.parameters) params += static_cast<double>(p.rows) * static_cast<double>(p.cols);
   const double bounded = sizeof(ref::Bounded);
   // A pass holds the rows of one micro-batch, or of one slice of it
   // (reference_slice_samples).
@@ -269,7 +274,7 @@ double estimated_peak_bytes(const ScenarioSpec& s) {
   // parameter's terms, 32 bytes per row and element.
   double row_sums = 0.0;
   if (s.reference_slice_samples > 0)
-    for (const ref::ParameterInfo& p : ref::parameter_layout(s.model))
+    for (const ref::ParameterInfo& p : model.parameters)
       row_sums += p.rows == 1 ? 32.0 * kernel_rows * static_cast<double>(p.cols)
                               : 11.0 * 8.0 * static_cast<double>(p.rows) * static_cast<double>(p.cols);
   // Two reference runs at a time (harness/equivalence.cpp; one when in turn), each holding
@@ -300,20 +305,18 @@ double estimated_peak_bytes(const ScenarioSpec& s) {
   // (outputs_that_fold); only a nearly dead unit's outputs keep sums, for
   // its row or column alone.
   double shared = 0.0, groups_per_column = 0.0;
-  for (std::size_t l = 0; l < s.model.layers.size(); ++l) {
-    const ref::LayerSpec& layer = s.model.layers[l];
-    const double samples = kernel_rows / static_cast<double>(s.model.positions);
-    switch (layer.kind) {
-      case ref::LayerKind::layer_norm:
-      case ref::LayerKind::rms_norm: groups_per_column = std::max(groups_per_column, kernel_rows); break;
-      case ref::LayerKind::group_norm: groups_per_column = std::max(groups_per_column, samples); break;
-      case ref::LayerKind::batch_norm: groups_per_column = std::max(groups_per_column, 1.0); break;
-      case ref::LayerKind::linear:
-        if (2.0 * groups_per_column <= 16.0)
-          shared += 2.0 * 2.0 * 8.0 * 2.0 * groups_per_column * static_cast<double>(widths[l]) *
-                    static_cast<double>(layer.features);
-        break;
-      default: break;
+  const double samples = kernel_rows / static_cast<double>(s.model.positions);
+  for (const ref::Node& node : model.nodes) {
+    if (const std::optional<ref::NormShape> norm = node.op->norm_shape(model, node)) {
+      const double groups = norm->kind == ref::NormKind::batch   ? 1.0
+                            : norm->kind == ref::NormKind::group ? samples
+                                                                 : kernel_rows;
+      groups_per_column = std::max(groups_per_column, groups);
+    } else if (node.parameters > 0 &&
+               model.parameters[static_cast<std::size_t>(node.first_parameter)].init == ref::Init::fan_in &&
+               2.0 * groups_per_column <= 16.0) {
+      shared += 2.0 * 2.0 * 8.0 * 2.0 * groups_per_column * static_cast<double>(node.in_widths[0]) *
+                static_cast<double>(node.out_width);
     }
   }
   // The process itself (its code and libraries, resident before any
@@ -327,9 +330,10 @@ void validate(const ScenarioSpec& s) {
            "report rows), got a name of " + std::to_string(s.name.size()) + " characters");
   ref::validate(s.model);
   require_in("norm_eps", s.model.norm_eps, 0.0, 1.0, /*open_low=*/true);
-  const std::vector<long> widths = ref::layer_widths(s.model);
+  const ref::Model model(s.model);
+  const std::vector<long>& widths = model.widths;
   for (long w : widths) checked_product(w, 1, "a layer width");
-  const std::size_t parameters = ref::parameter_layout(s.model).size();
+  const std::size_t parameters = model.parameters.size();
   if (parameters == 0)
     refuse("layers: the model has no parameters (no linear or normalizer layer): there is no gradient to accumulate");
   for (std::size_t f : s.procedure.frozen)

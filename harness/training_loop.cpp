@@ -8,7 +8,7 @@
 #include <stdexcept>
 
 #include "kernels/communicator.h"
-#include "kernels/norm_geometry.h"
+#include "harness/ops/registry.h"
 
 namespace gradeq {
 namespace {
@@ -23,49 +23,76 @@ std::vector<float> to_float(const ref::Matrix<double>& m) {
 
 }  // namespace
 
-NormConfig norm_config(const ref::ModelSpec& spec, const ref::LayerSpec& layer) {
-  NormConfig c;
-  c.positions = spec.positions;
-  c.eps = static_cast<float>(spec.norm_eps);
-  c.momentum = static_cast<float>(spec.bn_momentum);
-  c.groups = layer.groups;
-  switch (layer.kind) {
-    case ref::LayerKind::layer_norm: c.kind = NormKind::layer; break;
-    case ref::LayerKind::rms_norm: c.kind = NormKind::rms; break;
-    case ref::LayerKind::batch_norm: c.kind = NormKind::batch; break;
-    case ref::LayerKind::group_norm: c.kind = NormKind::group; break;
-    default: throw std::logic_error("norm_config: not a normalizer");
-  }
-  return c;
-}
-
 OptimizerStateUse optimizer_state_use(const ref::OptimizerSpec& o) {
   return {o.kind != ref::OptimizerKind::sgd || o.momentum != 0.0, o.kind != ref::OptimizerKind::sgd};
 }
 
-ActivationLayout activation_layout(const ref::ModelSpec& spec, long checkpoint_every) {
-  const std::size_t L = spec.layers.size();
-  const std::vector<long> widths = ref::layer_widths(spec);
-  ActivationLayout out;
-  out.slot_of.assign(L + 1, 0);
+LoopPlan loop_plan(const ref::Model& model, long checkpoint_every) {
+  LoopPlan out;
+  const std::size_t values = model.values(), last = values - 1;
+  // Checkpoint groups: every k top-level blocks.
+  const std::size_t blocks = model.block_starts.size() - 1;
+  const std::size_t k = checkpoint_every > 0 ? static_cast<std::size_t>(checkpoint_every) : blocks;
+  for (std::size_t b = 0; b < blocks; b += k) out.group_starts.push_back(model.block_starts[b]);
+  out.group_starts.push_back(model.nodes.size());
+  out.slot_of.assign(values, 0);
   if (checkpoint_every <= 0) {
-    out.slot_widths = widths;
-    for (std::size_t l = 0; l <= L; ++l) out.slot_of[l] = l;
-    return out;
-  }
-  const auto k = static_cast<std::size_t>(checkpoint_every);
-  std::vector<long> shared(k - 1, 0);  // the block-interior slots' widths
-  for (std::size_t l = 0; l <= L; ++l)
-    if (l % k != 0 && l != L) shared[l % k - 1] = std::max(shared[l % k - 1], widths[l]);
-  for (long w : shared)
-    if (w > 0) out.slot_widths.push_back(w);
-  for (std::size_t l = 0; l <= L; ++l) {
-    if (l % k != 0 && l != L) {
-      out.slot_of[l] = l % k - 1;  // interior slots come first; all used ones are a prefix
-    } else {
-      out.slot_of[l] = out.slot_widths.size();
-      out.slot_widths.push_back(widths[l]);
+    out.slot_widths = model.widths;
+    for (std::size_t v = 0; v < values; ++v) out.slot_of[v] = v;
+  } else {
+    // Value v > 0 is written by node v - 1: inside its group unless it is
+    // the group's last node's (the next group's input, or the output).
+    std::vector<long> shared;
+    std::vector<std::size_t> position(values, 0);
+    std::vector<bool> interior(values, false);
+    for (std::size_t g = 0; g + 1 < out.group_starts.size(); ++g)
+      for (std::size_t n = out.group_starts[g]; n + 1 < out.group_starts[g + 1]; ++n) {
+        const std::size_t v = n + 1, i = n - out.group_starts[g];
+        interior[v] = true;
+        position[v] = i;
+        if (shared.size() <= i) shared.resize(i + 1, 0);
+        shared[i] = std::max(shared[i], model.widths[v]);
+      }
+    out.slot_widths = shared;  // interior slots come first
+    for (std::size_t v = 0; v < values; ++v) {
+      if (interior[v]) {
+        out.slot_of[v] = position[v];
+      } else {
+        out.slot_of[v] = out.slot_widths.size();
+        out.slot_widths.push_back(model.widths[v]);
+      }
     }
+  }
+  // Gradient buffers by liveness, in the order backward runs.
+  std::vector<std::size_t> free_buffers;
+  const auto take = [&] {
+    if (free_buffers.empty()) return out.gradient_buffers++;
+    const auto lowest = std::min_element(free_buffers.begin(), free_buffers.end());
+    const std::size_t b = *lowest;
+    free_buffers.erase(lowest);
+    return b;
+  };
+  constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  std::vector<std::size_t> of_value(values, kNone);
+  out.output_gradient = of_value[last] = take();
+  out.steps.resize(model.nodes.size());
+  for (std::size_t n = model.nodes.size(); n-- > 0;) {
+    const ref::Node& node = model.nodes[n];
+    LoopPlan::Step& step = out.steps[n];
+    step.dy = of_value[node.output()];
+    std::vector<std::size_t> given_back{step.dy};
+    for (std::size_t v : node.inputs) {
+      const std::size_t dx = take();
+      step.dx.push_back(dx);
+      if (of_value[v] == kNone && v > 0) {
+        of_value[v] = dx;
+        step.sum.push_back(dx);
+      } else {
+        step.sum.push_back(of_value[v] == kNone ? dx : of_value[v]);
+        given_back.push_back(dx);  // added into the value's, or the model's input's: not kept
+      }
+    }
+    free_buffers.insert(free_buffers.end(), given_back.begin(), given_back.end());
   }
   return out;
 }
@@ -110,10 +137,6 @@ void TrainingLoop::allocate(const Scenario& s, long max_rows) {
   release_all();
   const ref::ModelSpec& m = s.spec.model;
   const std::vector<ref::ParameterInfo>& layout = s.schema.parameters;
-  widths_ = ref::layer_widths(m);
-  first_parameter_ = ref::first_parameter(m);
-  first_buffer_ = ref::first_buffer(m);
-  const std::vector<long>& widths = widths_;
   const DType compute = s.spec.precision.compute, accumulate = s.spec.precision.accumulate;
   const bool compensated = s.spec.procedure.compensated;
   const OptimizerStateUse state = optimizer_state_use(s.spec.procedure.optimizer);
@@ -122,8 +145,9 @@ void TrainingLoop::allocate(const Scenario& s, long max_rows) {
   for (auto* list : {&staging_, &compensation_}) list->assign(compensated ? n : 0, Tensor{});
   first_moment_.assign(state.first ? n : 0, Tensor{});
   second_moment_.assign(state.second ? n : 0, Tensor{});
-  saved_mean_.assign(m.layers.size(), {});
-  saved_rstd_.assign(m.layers.size(), {});
+  const ref::Model& model = model_.emplace(m);
+  saved_mean_.assign(model.nodes.size(), {});
+  saved_rstd_.assign(model.nodes.size(), {});
   const std::vector<ref::ParameterInfo>& buffer_layout = s.schema.buffers;
   buffers_.assign(buffer_layout.size(), {});
   for (std::size_t p = 0; p < n; ++p) {
@@ -145,24 +169,25 @@ void TrainingLoop::allocate(const Scenario& s, long max_rows) {
   }
   backend_.zero(first_moment_);
   backend_.zero(second_moment_);
-  layout_ = activation_layout(m, s.spec.checkpoint_every);
-  activations_.assign(layout_.slot_widths.size(), {});
+  plan_ = loop_plan(model, s.spec.checkpoint_every);
+  activations_.assign(plan_.slot_widths.size(), {});
   for (std::size_t i = 0; i < activations_.size(); ++i)
-    own(activations_[i], max_rows, layout_.slot_widths[i], compute, MemoryCategory::activations);
-  activation_grads_.assign(2, {});
-  for (Tensor& g : activation_grads_)
-    own(g, max_rows, *std::max_element(widths.begin(), widths.end()), compute, MemoryCategory::activations);
-  for (std::size_t l = 0; l < m.layers.size(); ++l) {
-    if (!ref::is_norm(m.layers[l].kind)) continue;
-    const long groups = norm_geometry(norm_config(m, m.layers[l]), max_rows, widths[l]).group_count();
-    own(saved_mean_[l], 1, groups, DType::f32, MemoryCategory::activations);
-    own(saved_rstd_[l], 1, groups, DType::f32, MemoryCategory::activations);
+    own(activations_[i], max_rows, plan_.slot_widths[i], compute, MemoryCategory::activations);
+  gradient_buffers_.assign(plan_.gradient_buffers, {});
+  const long widest = *std::max_element(model.widths.begin(), model.widths.end());
+  for (Tensor& g : gradient_buffers_) own(g, max_rows, widest, compute, MemoryCategory::activations);
+  for (std::size_t n = 0; n < model.nodes.size(); ++n) {
+    const long groups = record_of(*model.nodes[n].op).saved_groups(model, model.nodes[n], max_rows);
+    if (groups == 0) continue;
+    own(saved_mean_[n], 1, groups, DType::f32, MemoryCategory::activations);
+    own(saved_rstd_[n], 1, groups, DType::f32, MemoryCategory::activations);
   }
   for (std::size_t b = 0; b < buffer_layout.size(); ++b) {
     own(buffers_[b], buffer_layout[b].rows, buffer_layout[b].cols, DType::f32, MemoryCategory::parameters);
-    backend_.fill(buffers_[b], static_cast<float>(ref::initial_buffer_value(buffer_layout[b])));
+    backend_.fill(buffers_[b], static_cast<float>(buffer_layout[b].start));
   }
-  own(targets_, max_rows, m.loss == ref::LossKind::mse ? widths.back() : 1, DType::f32, MemoryCategory::activations);
+  own(targets_, max_rows, m.loss == ref::LossKind::mse ? model.output_width() : 1, DType::f32,
+      MemoryCategory::activations);
   allocated();
 }
 
@@ -192,19 +217,29 @@ MemoryUsage TrainingLoop::measured_memory() const {
   return m;
 }
 
-Tensor TrainingLoop::activation(std::size_t l, long rows) const {
-  const Tensor& slot = activations_[layout_.slot_of[l]];
-  return Tensor{slot.data, rows, widths_[l], slot.dtype};
+Tensor TrainingLoop::activation(std::size_t v, long rows) const {
+  const Tensor& slot = activations_[plan_.slot_of[v]];
+  return Tensor{slot.data, rows, model_->widths[v], slot.dtype};
 }
 
-std::pair<Tensor, Tensor> TrainingLoop::saved_statistics(std::size_t l, const NormConfig& c, long rows) const {
-  const long groups = norm_geometry(c, rows, widths_[l]).group_count();
-  return {Tensor{saved_mean_[l].data, 1, groups, DType::f32}, Tensor{saved_rstd_[l].data, 1, groups, DType::f32}};
+Tensor TrainingLoop::gradient_buffer(std::size_t k, long rows, long width) const {
+  const Tensor& buffer = gradient_buffers_[k];
+  return Tensor{buffer.data, rows, width, buffer.dtype};
 }
 
-Tensor TrainingLoop::activation_gradient(std::size_t l, long rows) const {
-  const Tensor& buffer = activation_grads_[l % 2];
-  return Tensor{buffer.data, rows, widths_[l], buffer.dtype};
+LoopCall TrainingLoop::node_call(std::size_t n, long rows) const {
+  const ref::Model& model = *model_;
+  const ref::Node& node = model.nodes[n];
+  LoopCall c{backend_, model, node, rows};
+  for (std::size_t v : node.inputs) c.x.push_back(activation(v, rows));
+  c.params = compute_params_.data() + node.first_parameter;
+  c.buffers = buffers_.data() + node.first_buffer;
+  const long groups = record_of(*node.op).saved_groups(model, node, rows);
+  if (groups > 0) {
+    c.saved_mean = Tensor{saved_mean_[n].data, 1, groups, DType::f32};
+    c.saved_rstd = Tensor{saved_rstd_[n].data, 1, groups, DType::f32};
+  }
+  return c;
 }
 
 KernelRun TrainingLoop::run(const Scenario& scenario, const Split& split) {
@@ -418,39 +453,26 @@ void TrainingLoop::step_with(const ref::OptimizerSpec& o) {
 
 void TrainingLoop::optimizer_step() { step_with(procedure().optimizer); }
 
-void TrainingLoop::forward_layer(std::size_t l, long rows, bool update_running_statistics) {
-  const ref::ModelSpec& m = scenario_->spec.model;
-  const Tensor x = activation(l, rows), y = activation(l + 1, rows);
-  backend_.fill(y, kPoison);  // an output a kernel forgets to write stays NaN
-  const Tensor* p = compute_params_.data() + first_parameter_[l];
-  switch (m.layers[l].kind) {
-    case ref::LayerKind::linear: backend_.linear_forward(x, p[0], p[1], y); break;
-    case ref::LayerKind::relu: backend_.activation_forward(Activation::relu, x, y); break;
-    case ref::LayerKind::gelu: backend_.activation_forward(Activation::gelu_tanh, x, y); break;
-    case ref::LayerKind::gelu_erf: backend_.activation_forward(Activation::gelu_erf, x, y); break;
-    case ref::LayerKind::layer_norm:
-    case ref::LayerKind::batch_norm:
-    case ref::LayerKind::group_norm:
-    case ref::LayerKind::rms_norm: {
-      const NormConfig c = norm_config(m, m.layers[l]);
-      const auto [mean, rstd] = saved_statistics(l, c, rows);
-      const bool running = c.kind == NormKind::batch && update_running_statistics;
-      const long first_buffer = first_buffer_[l];
-      backend_.norm_forward(c, x, p[0], c.kind == NormKind::rms ? Tensor{} : p[1], y, mean, rstd,
-                            running ? buffers_[first_buffer] : Tensor{}, running ? buffers_[first_buffer + 1] : Tensor{});
-      break;
-    }
-  }
+void TrainingLoop::forward_node(std::size_t n, long rows, bool update_running_statistics) {
+  LoopCall c = node_call(n, rows);
+  c.y = activation(c.node.output(), rows);
+  c.update_running = update_running_statistics;
+  backend_.fill(c.y, kPoison);  // an output a kernel forgets to write stays NaN
+  record_of(*c.node.op).loop_forward(c);
+}
+
+void TrainingLoop::add_input_gradient(const Tensor& value_gradient, const Tensor& part) {
+  backend_.accumulate(std::span<const Tensor>(&value_gradient, 1), std::span<const Tensor>(&part, 1), {});
 }
 
 double TrainingLoop::forward_loss_backward(const ref::Batch& mb, float scale, const std::vector<Tensor>& grad_targets) {
-  const ref::ModelSpec& m = scenario_->spec.model;
-  const std::vector<long>& first = first_parameter_;
+  const ref::Model& model = *model_;
+  const ref::ModelSpec& m = model.spec;
   const long rows = mb.rows();
-  const std::size_t layers = m.layers.size();
+  const std::size_t nodes = model.nodes.size(), output = model.values() - 1;
 
   backend_.upload(activation(0, rows), to_float(mb.inputs));
-  for (std::size_t l = 0; l < layers; ++l) forward_layer(l, rows, true);
+  for (std::size_t n = 0; n < nodes; ++n) forward_node(n, rows, true);
 
   const Tensor targets = Tensor{targets_.data, rows, targets_.cols, targets_.dtype};
   if (m.loss == ref::LossKind::mse) {
@@ -459,46 +481,34 @@ double TrainingLoop::forward_loss_backward(const ref::Batch& mb, float scale, co
     std::vector<float> classes(mb.classes.begin(), mb.classes.end());
     backend_.upload(targets, classes);
   }
-  backend_.fill(activation_gradient(layers, rows), kPoison);
-  const double loss_sum =
-      backend_.loss_forward_backward(m.loss == ref::LossKind::mse ? LossKind::mse : LossKind::cross_entropy,
-                                     activation(layers, rows), targets, scale, activation_gradient(layers, rows));
+  const Tensor dy_out = gradient_buffer(plan_.output_gradient, rows, model.widths[output]);
+  backend_.fill(dy_out, kPoison);
+  const double loss_sum = backend_.loss_forward_backward(m.loss, activation(output, rows), targets, scale, dy_out);
 
-  // Block by block from the last: with checkpointing, first recompute the
-  // block's forward from its kept input (its activations were overwritten
-  // by the blocks after it); then back through its layers.
-  const long k = scenario_->spec.checkpoint_every;
-  const std::size_t block = k > 0 ? static_cast<std::size_t>(k) : layers;
-  for (std::size_t end = layers; end > 0;) {
-    const std::size_t start = (end - 1) / block * block;
-    if (k > 0)
-      for (std::size_t l = start; l + 1 < end; ++l) forward_layer(l, rows, false);
-    for (std::size_t l = end; l-- > start;) {
-      const Tensor x = activation(l, rows), dy = activation_gradient(l + 1, rows), dx = activation_gradient(l, rows);
-      const Tensor* p = compute_params_.data() + first[l];
-      const Tensor* g = grad_targets.data() + first[l];
-      backend_.fill(dx, kPoison);
-      switch (m.layers[l].kind) {
-        case ref::LayerKind::linear:
-          backend_.linear_backward_weight(dy, x, g[0], g[1]);
-          if (l > 0) backend_.linear_backward_data(dy, p[0], dx);
-          break;
-        case ref::LayerKind::relu: backend_.activation_backward(Activation::relu, x, dy, dx); break;
-        case ref::LayerKind::gelu: backend_.activation_backward(Activation::gelu_tanh, x, dy, dx); break;
-        case ref::LayerKind::gelu_erf: backend_.activation_backward(Activation::gelu_erf, x, dy, dx); break;
-        case ref::LayerKind::layer_norm:
-        case ref::LayerKind::batch_norm:
-        case ref::LayerKind::group_norm:
-        case ref::LayerKind::rms_norm: {
-          const NormConfig c = norm_config(m, m.layers[l]);
-          const auto [mean, rstd] = saved_statistics(l, c, rows);
-          backend_.norm_backward(c, x, p[0], dy, mean, rstd, dx, g[0],
-                                 c.kind == NormKind::rms ? Tensor{} : g[1]);
-          break;
-        }
+  // Group by group from the last: with checkpointing, first recompute the
+  // group's forward from its kept input (its values were overwritten by
+  // the groups after it); then back through its nodes.
+  const bool checkpointed = scenario_->spec.checkpoint_every > 0;
+  for (std::size_t g = plan_.group_starts.size() - 1; g-- > 0;) {
+    const std::size_t start = plan_.group_starts[g], end = plan_.group_starts[g + 1];
+    if (checkpointed)
+      for (std::size_t n = start; n + 1 < end; ++n) forward_node(n, rows, false);
+    for (std::size_t n = end; n-- > start;) {
+      const LoopPlan::Step& step = plan_.steps[n];
+      LoopCall c = node_call(n, rows);
+      c.dy = gradient_buffer(step.dy, rows, model.widths[c.node.output()]);
+      c.grads = grad_targets.data() + c.node.first_parameter;
+      for (std::size_t i = 0; i < c.node.inputs.size(); ++i) {
+        const std::size_t v = c.node.inputs[i];
+        c.dx.push_back(gradient_buffer(step.dx[i], rows, model.widths[v]));
+        c.needed.push_back(v > 0);
+        backend_.fill(c.dx.back(), kPoison);
       }
+      record_of(*c.node.op).loop_backward(c);
+      for (std::size_t i = 0; i < c.node.inputs.size(); ++i)
+        if (c.needed[i] && step.sum[i] != step.dx[i])
+          add_input_gradient(gradient_buffer(step.sum[i], rows, c.dx[i].cols), c.dx[i]);
     }
-    end = start;
   }
   return loss_sum * static_cast<double>(scale);
 }

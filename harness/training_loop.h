@@ -16,11 +16,13 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "harness/memory.h"
+#include "harness/ops/op_record.h"
 #include "harness/run_record.h"
 #include "harness/scenario.h"
 #include "kernels/backend.h"
@@ -33,24 +35,39 @@ namespace gradeq {
 OptimizerStep make_optimizer_step(const ref::OptimizerSpec& o, double lr, long step);
 // The optimizer state a configuration steps with (SGD without momentum: none).
 OptimizerStateUse optimizer_state_use(const ref::OptimizerSpec& o);
-// The backend's description of a normalizer layer of the model.
-NormConfig norm_config(const ref::ModelSpec& spec, const ref::LayerSpec& layer);
-
-// Where the activations of a micro-batch live: activation l (the input of
-// layer l; L = the model's output) is stored in slots[slot_of[l]], a
-// [rows, width] buffer. Without checkpointing each activation has its own
-// slot. With activation checkpointing every k layers, the layers form blocks
-// [0, k), [k, 2k), ...: the blocks' inputs and the output keep their own
-// slots, and the activations inside a block share k - 1 slots with the
-// other blocks' (slot i: the widest activation i + 1 layers into a block),
-// so that only one block's are alive at a time: the forward overwrites them
-// block after block, and the backward recomputes each block's forward from
-// its kept input before going back through it.
-struct ActivationLayout {
+// Where a micro-batch's activations and their gradients live.
+//
+// Value v of the model (its input, then each node's output) is stored in
+// slots[slot_of[v]], a [rows, width] buffer. Without checkpointing each
+// value has its own slot. With activation checkpointing every k blocks
+// (top-level elements of the layer list: an op, or a combinator with its
+// branch), the blocks form groups [0, k), [k, 2k), ...: the groups'
+// inputs and the output keep their own slots, and the values inside a
+// group share slots with the other groups' (slot i: the widest value i + 1
+// nodes into a group), so that only one group's are alive at a time: the
+// forward overwrites them group after group, and the backward recomputes
+// each group's forward from its kept input before going back through it.
+//
+// Backward's gradients live in `gradient_buffers` buffers of [rows, the
+// widest value], planned by liveness: a value's gradient takes a free
+// buffer when backward first reaches one of its readers and gives it back
+// once its own node is done. A value read by several nodes (the input of
+// a residual block) gets its later readers' gradients in a further buffer
+// each, added into its own (`add`). A chain needs two buffers.
+struct LoopPlan {
   std::vector<long> slot_widths;
-  std::vector<std::size_t> slot_of;  // per activation 0..L
+  std::vector<std::size_t> slot_of;  // per value
+  std::size_t gradient_buffers = 0;
+  std::size_t output_gradient = 0;   // the loss's dy
+  struct Step {
+    std::size_t dy = 0;
+    std::vector<std::size_t> dx;  // per input: the buffer its gradient is written into
+    std::vector<std::size_t> sum;  // per input: where dx is added (== dx: it is the value's first)
+  };
+  std::vector<Step> steps;  // per node
+  std::vector<std::size_t> group_starts;  // the checkpoint groups' first nodes, and the node count
 };
-ActivationLayout activation_layout(const ref::ModelSpec& spec, long checkpoint_every);
+LoopPlan loop_plan(const ref::Model& model, long checkpoint_every);
 
 class TrainingLoop {
  public:
@@ -92,10 +109,13 @@ class TrainingLoop {
   // Called once the run's tensors are allocated: a loop that needs more
   // tensors allocates them here with own().
   virtual void allocated() {}
-  // Runs layer l forward on the micro-batch's first `rows` rows. A
-  // BatchNorm layer updates its running statistics only when asked: in the
+  // Runs node n forward on the micro-batch's first `rows` rows. A
+  // BatchNorm node updates its running statistics only when asked: in the
   // forward pass, not when checkpointing recomputes it.
-  virtual void forward_layer(std::size_t l, long rows, bool update_running_statistics);
+  virtual void forward_node(std::size_t n, long rows, bool update_running_statistics);
+  // Adds a later reader's gradient of a value into the value's gradient
+  // (a residual block's input: the branch's gradient into the stream's).
+  virtual void add_input_gradient(const Tensor& value_gradient, const Tensor& part);
 
   // ---- pieces the steps are made of
   void refresh_compute_weights();
@@ -112,12 +132,13 @@ class TrainingLoop {
   // disown()); its bytes count in `category` of the run's memory.
   void own(Tensor& t, long rows, long cols, DType dtype, MemoryCategory category);
   void disown(Tensor& t);
-  // Activation l of the micro-batch being run ([rows, width of l]) and the
-  // gradient with respect to it.
-  Tensor activation(std::size_t l, long rows) const;
-  Tensor activation_gradient(std::size_t l, long rows) const;
-  // A normalizer layer's saved mean and 1/sigma for `rows` rows.
-  std::pair<Tensor, Tensor> saved_statistics(std::size_t l, const NormConfig& c, long rows) const;
+  // Value v of the micro-batch being run ([rows, width of v]), and
+  // gradient buffer k viewed as [rows, width].
+  Tensor activation(std::size_t v, long rows) const;
+  Tensor gradient_buffer(std::size_t k, long rows, long width) const;
+  // The call of node n on the micro-batch's first `rows` rows, its
+  // inputs, parameters, buffers and saved statistics filled in.
+  LoopCall node_call(std::size_t n, long rows) const;
   // Forward, loss with `scale`, backward accumulating into `grad_targets`.
   double forward_loss_backward(const ref::Batch& micro_batch, float scale, const std::vector<Tensor>& grad_targets);
   const ref::ProcedureConfig& procedure() const { return scenario_->spec.procedure; }
@@ -130,11 +151,11 @@ class TrainingLoop {
   std::vector<Tensor> staging_;         // compensated mode: one micro-batch's gradient, float32
   std::vector<Tensor> compensation_;    // compensated mode: Kahan terms, accumulation dtype
   std::vector<Tensor> first_moment_, second_moment_;  // optimizer state, float32 (empty when unused)
-  ActivationLayout layout_;
-  std::vector<long> widths_, first_parameter_, first_buffer_;  // of the model (ref::layer_widths, ...)
-  std::vector<Tensor> activations_;     // the layout's slots, max rows
-  std::vector<Tensor> activation_grads_;  // two buffers, max rows x the widest activation: dy and dx of a layer
-  std::vector<Tensor> saved_mean_, saved_rstd_;  // per layer (empty unless a normalizer)
+  std::optional<ref::Model> model_;     // the scenario's, resolved
+  LoopPlan plan_;
+  std::vector<Tensor> activations_;     // the plan's slots, max rows
+  std::vector<Tensor> gradient_buffers_;  // the plan's, max rows x the widest value
+  std::vector<Tensor> saved_mean_, saved_rstd_;  // per node (empty unless a normalizer)
   std::vector<Tensor> buffers_;                   // BatchNorm running statistics, float32
   Tensor targets_;
   double window_loss_ = 0.0;

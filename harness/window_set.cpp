@@ -40,30 +40,43 @@ bool of_dtype(double v, DType d) {
 DType dtype_of_entry(const RecordEntry& e, const PrecisionSpec& p) { return is_gradient(e.kind) ? p.accumulate : DType::f32; }
 
 std::string torch_name(const std::string& gradeq_name) {
-  // "layer3.weight" -> "3.weight": the same tensor in a torch.nn.Sequential
-  // of the same layers (docs/VERIFY.md).
+  // "layer3.weight" -> "3.weight", "layer1.0.bias" -> "1.0.bias": the same
+  // tensor in a torch.nn.Sequential of the same layers, where a combinator
+  // is a Sequential of its branch (docs/VERIFY.md).
   return gradeq_name.starts_with("layer") ? gradeq_name.substr(5) : gradeq_name;
 }
 
-nlohmann::json model_json(const ScenarioSpec& s) {
-  const std::vector<long> widths = ref::layer_widths(s.model);
-  nlohmann::json layers = nlohmann::json::array();
-  for (std::size_t l = 0; l < s.model.layers.size(); ++l) {
-    const ref::LayerSpec& spec = s.model.layers[l];
-    nlohmann::json j = {{"layer", l}, {"kind", ref::layer_name(spec.kind)}, {"torch_module", std::to_string(l)}};
-    if (spec.kind == ref::LayerKind::linear) {
-      j["in_features"] = widths[l];
-      j["out_features"] = spec.features;
-    } else {
-      j["features"] = widths[l];
-    }
-    if (ref::is_norm(spec.kind)) j["eps"] = s.model.norm_eps;
-    if (spec.kind == ref::LayerKind::group_norm) j["groups"] = spec.groups;
-    if (spec.kind == ref::LayerKind::batch_norm) j["momentum"] = s.model.bn_momentum;
-    layers.push_back(j);
+// The model's graph as a reader sees it: per node, its place in its list
+// ("layer"), its op, the module of a torch.nn.Sequential of the same
+// layers ("torch_module", where a combinator is a Sequential of its
+// branch), its widths, its argument, a normalizer's eps and a BatchNorm's
+// momentum, and a combinator's branch ("body"), nested.
+nlohmann::json nodes_json(const ref::Model& model, const std::vector<ref::LayerSpec>& layers, std::size_t& next) {
+  nlohmann::json out = nlohmann::json::array();
+  for (std::size_t j = 0; j < layers.size(); ++j) {
+    const ref::LayerSpec& l = layers[j];
+    nlohmann::json body;
+    if (l.op->combines()) body = nodes_json(model, l.body, next);
+    const ref::Node& node = model.nodes[next++];
+    nlohmann::json n = {{"layer", j},
+                        {"kind", std::string(l.op->name())},
+                        {"torch_module", torch_name(node.prefix)},
+                        {"in_features", node.in_widths[0]},
+                        {"out_features", node.out_width}};
+    if (!l.op->argument().empty()) n["argument"] = l.argument;
+    if (l.op->normalizes()) n["eps"] = model.spec.norm_eps;
+    if (l.op->couples_samples()) n["momentum"] = model.spec.bn_momentum;
+    if (l.op->combines()) n["body"] = body;
+    out.push_back(n);
   }
+  return out;
+}
+
+nlohmann::json model_json(const ScenarioSpec& s) {
+  const ref::Model model(s.model);
+  std::size_t next = 0;
   return {{"input_features", s.model.input_features}, {"positions", s.model.positions},
-          {"loss", ref::loss_name(s.model.loss)}, {"layers", layers}};
+          {"loss", ref::loss_name(s.model.loss)}, {"layers", nodes_json(model, s.model.layers, next)}};
 }
 
 nlohmann::json tensors_json(const std::vector<ref::ParameterInfo>& infos) {
@@ -459,10 +472,11 @@ WindowSet read_checked(const std::filesystem::path& dir) {
   }
   if (!m.is_object() || m.value("format", "") != kWindowSetFormat)
     bad("manifest.json", std::string("\"format\" must be \"") + kWindowSetFormat + "\"");
+  // Version 3 is version 4 without combinators in the model.
   if (!m.contains("schema_version") || !m.at("schema_version").is_number_integer() ||
-      m.at("schema_version").get<long>() != kWindowSetSchemaVersion)
+      (m.at("schema_version").get<long>() != kWindowSetSchemaVersion && m.at("schema_version").get<long>() != 3))
     bad("manifest.json", "schema_version " + (m.contains("schema_version") ? m.at("schema_version").dump() : "missing") +
-                             ": this gradeq reads version " + std::to_string(kWindowSetSchemaVersion) +
+                             ": this gradeq reads versions 3 and " + std::to_string(kWindowSetSchemaVersion) +
                              " (version 2 recorded the gradient after the clip: export the run again with this "
                              "gradeq's python/gradeq_export.py)");
   for (const auto& [key, value] : m.items()) {
@@ -487,9 +501,26 @@ WindowSet read_checked(const std::filesystem::path& dir) {
   // What a reader may carry for itself must agree with the scenario.
   if (m.contains("model") && m.at("model") != model_json(s.spec))
     bad("manifest.json", "\"model\" contradicts the scenario's layers (it must read " + model_json(s.spec).dump() + ")");
-  if (m.contains("parameters") && m.at("parameters") != tensors_json(s.schema.parameters))
-    bad("manifest.json", "\"parameters\" contradicts the scenario's model (expected " +
-                             tensors_json(s.schema.parameters).dump() + ")");
+  // The parameters' names and shapes are the model's; "torch" is the name
+  // the exporter found in the user's module (blocks.0.mlp.fc.weight), any
+  // unique string.
+  if (m.contains("parameters")) {
+    const nlohmann::json& listed = m.at("parameters");
+    const nlohmann::json expected = tensors_json(s.schema.parameters);
+    bool agrees = listed.is_array() && listed.size() == expected.size();
+    std::set<std::string> torch_names;
+    for (std::size_t p = 0; agrees && p < listed.size(); ++p) {
+      const nlohmann::json& e = listed[p];
+      agrees = e.is_object() && e.value("name", nlohmann::json()) == expected[p].at("name") &&
+               e.value("shape", nlohmann::json()) == expected[p].at("shape") && e.contains("torch") &&
+               e.at("torch").is_string() && !e.at("torch").get<std::string>().empty() &&
+               torch_names.insert(e.at("torch").get<std::string>()).second;
+    }
+    if (!agrees)
+      bad("manifest.json", "\"parameters\" contradicts the scenario's model: it must list, in order, " +
+                               nlohmann::json(expected).dump() +
+                               " (names and shapes; \"torch\" may be any non-empty name, each once)");
+  }
   if (m.contains("buffers") && m.at("buffers") != tensors_json(s.schema.buffers))
     bad("manifest.json", "\"buffers\" contradicts the scenario's model");
 
@@ -498,7 +529,7 @@ WindowSet read_checked(const std::filesystem::path& dir) {
   if (!windows.is_array() || windows.size() != s.spec.split.size())
     bad("manifest.json", "\"windows\" must list " + std::to_string(s.spec.split.size()) +
                              " windows, one per window of the scenario's split");
-  const long outputs = ref::layer_widths(s.spec.model).back();
+  const long outputs = ref::Model(s.spec.model).output_width();
   const bool mse = s.spec.model.loss == ref::LossKind::mse;
   for (std::size_t w = 0; w < windows.size(); ++w) {
     const nlohmann::json& j = windows[w];
@@ -599,7 +630,7 @@ WindowSet read_checked(const std::filesystem::path& dir) {
           if (!std::isfinite(v)) bad(file, "holds NaN or Inf: the initial state must be finite");
         values = a.values;
       } else if (e.kind == RecordKind::statistic) {
-        values.assign(values.size(), ref::initial_buffer_value(s.schema.buffers[e.index]));
+        values.assign(values.size(), s.schema.buffers[e.index].start);
       } else if (e.kind == RecordKind::counter && e.counter == Counter::loss_scale) {
         values.assign(1, s.spec.procedure.loss_scaling.scale);
       }

@@ -6,7 +6,8 @@
 // A window set is a directory: manifest.json and NumPy .npy files (format
 // 1.0, little-endian, C order, 2-D [rows, cols] unless said otherwise).
 // The manifest (docs/VERIFY.md documents every key):
-//   format            "gradeq-window-set"; schema_version 2
+//   format            "gradeq-window-set"; schema_version 4 (3: the same,
+//                     without combinators in the model; read as well)
 //   scenario          the scenario as config keys (harness/config.h): the
 //                     model, loss, procedure with every hyper-parameter,
 //                     clip, schedule, loss scaling, normalization, dtypes
@@ -14,11 +15,13 @@
 //                     how each window was cut into micro-batches
 //   run_seed          the --seed given (written by --dump; informative)
 //   model, parameters, buffers
-//                     derived from the scenario, for readers: layers with
-//                     their widths, groups, eps and momentum; parameter
-//                     names ("layer<l>.weight") with shapes and the names
-//                     of the same tensors in a torch.nn.Sequential
-//                     ("<l>.weight"). A reader that finds them checks them.
+//                     derived from the scenario, for readers: the graph's
+//                     nodes with their widths, argument, eps and momentum,
+//                     a combinator's branch nested ("body"); parameter
+//                     names ("layer<l>.weight", "layer<l>.<j>.weight" in a
+//                     branch) with shapes and the names of the same tensors
+//                     in a torch.nn.Sequential ("<l>.weight", "<l>.<j>.weight").
+//                     A reader that finds them checks them.
 //   windows[w]        inputs [rows, features], and targets [rows, outputs]
 //                     (mse) or classes [rows] (cross-entropy, -100 = padding)
 //   initial           the parameters before the first window
@@ -26,8 +29,9 @@
 //                     K_full (optional), R_acc, R_full (the reference, as
 //                     dumped; verify recomputes it): per window, "skipped"
 //                     and "tensors", one file per entry of the run-record
-//                     schema (harness/run_record.h) — gradients as the
-//                     optimizer used them, parameters after the step,
+//                     schema (harness/run_record.h) — gradients as
+//                     accumulation made them (before the clip), the
+//                     clipped ones, parameters after the step,
 //                     optimizer state, running statistics, counters. A
 //                     skipped window has no gradients.
 //   bounds            the bound each verdict used, per window and tensor
@@ -44,7 +48,7 @@
 
 namespace gradeq {
 
-inline constexpr int kWindowSetSchemaVersion = 3;
+inline constexpr int kWindowSetSchemaVersion = 4;
 inline constexpr const char* kWindowSetFormat = "gradeq-window-set";
 
 // A window set that cannot be read: a missing, extra or misshapen file, a

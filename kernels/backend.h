@@ -20,6 +20,7 @@
 #include <string>
 
 #include "kernels/dtype.h"
+#include "reference/kinds.h"
 
 namespace gradeq {
 
@@ -34,12 +35,7 @@ struct Tensor {
 
 enum class Activation { relu, gelu_tanh, gelu_erf };
 
-enum class NormKind {
-  layer,  // statistics over one row
-  rms,    // one row, no mean subtraction, no beta
-  group,  // one sample's rows x one channel group
-  batch,  // one channel over all rows
-};
+using ref::NormKind;
 
 struct NormConfig {
   NormKind kind = NormKind::layer;
@@ -49,10 +45,7 @@ struct NormConfig {
   float momentum = 0.1f;  // batch: weight of the new statistics in the running ones
 };
 
-enum class LossKind {
-  mse,            // per row: mean over columns of (y - t)^2
-  cross_entropy,  // per row: -log softmax(y)[class]; targets hold the class, -100 = ignore
-};
+using ref::LossKind;
 
 enum class OptimizerKind { sgd, adam, adamw };
 

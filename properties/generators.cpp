@@ -6,15 +6,20 @@
 #include <atomic>
 #include <numeric>
 
+#include "harness/ops/registry.h"
+
 namespace gradeq {
 namespace {
 
-using ref::LayerKind;
 using ref::LayerSpec;
 
 rc::Gen<long> power_of_two(long max_exponent) {
   return rc::gen::map(rc::gen::inRange<long>(0, max_exponent + 1), [](long e) { return 1L << e; });
 }
+
+// The layer named `name` at `width` features; its argument, where it takes
+// one, drawn (of the ops drawn here, groupnorm's groups: a divisor).
+LayerSpec drawn_layer(const std::string& name, long width);
 
 rc::Gen<std::uint64_t> seed() { return rc::gen::inRange<std::uint64_t>(1, 1u << 30); }
 
@@ -24,6 +29,11 @@ rc::Gen<long> group_count(long channels) {
   for (long g = 1; g <= channels; ++g)
     if (channels % g == 0) divisors.push_back(g);
   return rc::gen::elementOf(divisors);
+}
+
+LayerSpec drawn_layer(const std::string& name, long width) {
+  const OpRecord* op = find_op(name);
+  return {op, op->argument().empty() ? 0 : *group_count(width), {}};
 }
 
 }  // namespace
@@ -104,19 +114,38 @@ rc::Gen<ScenarioSpec> independent_scenario() {
     s.model.positions = sequences ? *sequence_positions() : 1;
     s.model.input_features = *awkward_width();
     // A third of the models normalize the raw input first (pre-norm).
-    if (*rc::gen::inRange(0, 3) == 0) s.model.layers.push_back({*rc::gen::element(LayerKind::layer_norm, LayerKind::rms_norm), 0});
+    if (*rc::gen::inRange(0, 3) == 0) s.model.layers.push_back(layer_of(*rc::gen::element("layernorm", "rmsnorm")));
     const long hidden_blocks = *rc::gen::inRange<long>(0, 3);
+    long features = s.model.input_features;
     for (long b = 0; b < hidden_blocks; ++b) {
       const long width = *awkward_width();
-      s.model.layers.push_back({LayerKind::linear, width});
-      const LayerKind kind = *rc::gen::element(LayerKind::relu, LayerKind::gelu, LayerKind::gelu_erf,
-                                               LayerKind::layer_norm, LayerKind::group_norm, LayerKind::rms_norm);
-      s.model.layers.push_back({kind, 0, kind == LayerKind::group_norm ? *group_count(width) : 0});
-      if (ref::is_norm(kind) && *rc::gen::arbitrary<bool>()) s.model.layers.push_back({LayerKind::gelu, 0});
+      s.model.layers.push_back(layer_of("linear", width));
+      const LayerSpec drawn =
+          drawn_layer(*rc::gen::element("relu", "gelu", "gelu_erf", "layernorm", "groupnorm", "rmsnorm"), width);
+      s.model.layers.push_back(drawn);
+      if (drawn.op->normalizes() && *rc::gen::arbitrary<bool>()) s.model.layers.push_back(layer_of("gelu"));
+      features = width;
+    }
+    // A third of the models go on with a residual block at that width:
+    // pre-LN, x + W2 act(W1 LN(x)) (a transformer's MLP), or
+    // post-activation, relu(x + W2 relu(W1 x)) (a ResNet's), sometimes
+    // with a second one nested in its branch.
+    if (*rc::gen::inRange(0, 3) == 0) {
+      const long hidden = *awkward_width();
+      std::vector<LayerSpec> branch;
+      const bool pre_norm = *rc::gen::arbitrary<bool>();
+      if (pre_norm) branch.push_back(layer_of("layernorm"));
+      branch.push_back(layer_of("linear", hidden));
+      branch.push_back(layer_of(pre_norm ? *rc::gen::element("gelu", "gelu_erf", "relu") : "relu"));
+      if (*rc::gen::inRange(0, 4) == 0)
+        branch.push_back(combinator_of("residual", {layer_of("rmsnorm"), layer_of("linear", hidden)}));
+      branch.push_back(layer_of("linear", features));
+      s.model.layers.push_back(combinator_of("residual", std::move(branch)));
+      if (!pre_norm) s.model.layers.push_back(layer_of("relu"));
     }
     const long outputs = s.model.loss == ref::LossKind::cross_entropy ? *rc::gen::inRange<long>(2, 12)
                                                                       : *rc::gen::inRange<long>(1, 6);
-    s.model.layers.push_back({LayerKind::linear, outputs});
+    s.model.layers.push_back(layer_of("linear", outputs));
     // Dyadic data only with MSE: small integers as logits saturate the
     // softmax, whose gradient then vanishes and hides every bug.
     s.data = sequences ? DataKind::padded_sequences
@@ -136,15 +165,15 @@ rc::Gen<ScenarioSpec> batchnorm_scenario() {
     s.model.positions = *rc::gen::inRange<long>(1, 5);
     s.model.input_features = *awkward_width();
     const long width = *awkward_width();
-    s.model.layers = {{LayerKind::linear, width}, {LayerKind::batch_norm, 0}};
-    s.model.layers.push_back({*rc::gen::element(LayerKind::relu, LayerKind::gelu, LayerKind::gelu_erf), 0});
+    s.model.layers = {layer_of("linear", width), layer_of("batchnorm")};
+    s.model.layers.push_back(layer_of(*rc::gen::element("relu", "gelu", "gelu_erf")));
     if (*rc::gen::arbitrary<bool>()) {
-      s.model.layers.push_back({LayerKind::linear, *awkward_width()});
-      s.model.layers.push_back({LayerKind::batch_norm, 0});
+      s.model.layers.push_back(layer_of("linear", *awkward_width()));
+      s.model.layers.push_back(layer_of("batchnorm"));
     }
-    s.model.layers.push_back({LayerKind::linear, s.model.loss == ref::LossKind::cross_entropy
+    s.model.layers.push_back(layer_of("linear", s.model.loss == ref::LossKind::cross_entropy
                                                      ? *rc::gen::inRange<long>(2, 8)
-                                                     : *rc::gen::inRange<long>(1, 5)});
+                                                     : *rc::gen::inRange<long>(1, 5)));
     s.data = DataKind::normal;
     s.split = *any_split();
     // BatchNorm needs two values per channel in every micro-batch; with
@@ -251,12 +280,11 @@ rc::Gen<ScenarioSpec> normalized_scenario() {
                         : size_tier() == SizeTier::large ? *sequence_positions()
                                                          : *rc::gen::inRange<long>(2, 9);
     s.model.input_features = *awkward_width();
-    const LayerKind norm = *rc::gen::element(LayerKind::layer_norm, LayerKind::rms_norm, LayerKind::group_norm,
-                                             LayerKind::batch_norm);
+    const std::string norm = *rc::gen::element<std::string>("layernorm", "rmsnorm", "groupnorm", "batchnorm");
     auto add_norm = [&](long width) {
-      s.model.layers.push_back({norm, 0, norm == LayerKind::group_norm ? *group_count(width) : 0});
+      s.model.layers.push_back(drawn_layer(norm, width));
     };
-    const LayerKind activation = *rc::gen::element(LayerKind::gelu, LayerKind::relu);
+    const std::string activation = *rc::gen::element<std::string>("gelu", "relu");
     // Pre-norm blocks (the transformer layout: the normalizer on the
     // block's input, the raw data for the first) or post-norm ones.
     const bool pre_norm = *rc::gen::arbitrary<bool>();
@@ -265,17 +293,17 @@ rc::Gen<ScenarioSpec> normalized_scenario() {
     for (long b = 0; b < blocks; ++b) {
       const long hidden = *awkward_width();
       if (pre_norm) add_norm(width);
-      s.model.layers.push_back({LayerKind::linear, hidden});
+      s.model.layers.push_back(layer_of("linear", hidden));
       if (!pre_norm) add_norm(hidden);
-      s.model.layers.push_back({activation, 0});
+      s.model.layers.push_back(layer_of(activation));
       width = hidden;
     }
     const long outputs = s.model.loss == ref::LossKind::cross_entropy ? *rc::gen::inRange<long>(2, 12)
                                                                       : *rc::gen::inRange<long>(1, 6);
-    s.model.layers.push_back({LayerKind::linear, outputs});
+    s.model.layers.push_back(layer_of("linear", outputs));
     s.data = sequences ? DataKind::padded_sequences : *rc::gen::element(DataKind::normal, DataKind::wide_range);
     s.split = *any_split();
-    if (norm == LayerKind::batch_norm)  // two values per channel at least, as batchnorm_scenario()
+    if (find_op(norm)->couples_samples())  // two values per channel at least, as batchnorm_scenario()
       for (auto& window : s.split)
         for (long& n : window)
           while (n * s.model.positions < 4) ++n;
@@ -316,7 +344,7 @@ rc::Gen<ScenarioSpec> equal_split_shortcut_scenario() {
     s.model.loss = ref::LossKind::cross_entropy;
     s.model.positions = *rc::gen::inRange<long>(2, 9);
     s.model.input_features = *awkward_width();
-    s.model.layers = {{LayerKind::linear, *awkward_width()}, {LayerKind::gelu, 0}, {LayerKind::linear, 5}};
+    s.model.layers = {layer_of("linear", *awkward_width()), layer_of("gelu"), layer_of("linear", 5)};
     s.data = DataKind::padded_sequences;
     s.split = *split_of(SplitShape::equal);
     s.procedure.normalization = ref::Normalization::equal_split;
@@ -337,10 +365,10 @@ rc::Gen<ScenarioSpec> exact_scenario() {
     s.model.loss = ref::LossKind::mse;
     s.model.input_features = *awkward_width();
     if (*rc::gen::arbitrary<bool>()) {
-      s.model.layers.push_back({LayerKind::linear, *awkward_width()});
-      s.model.layers.push_back({LayerKind::relu, 0});
+      s.model.layers.push_back(layer_of("linear", *awkward_width()));
+      s.model.layers.push_back(layer_of("relu"));
     }
-    s.model.layers.push_back({LayerKind::linear, *power_of_two(2)});
+    s.model.layers.push_back(layer_of("linear", *power_of_two(2)));
     s.data = DataKind::dyadic;
     // One window: a second step would multiply fractional bits of updated
     // weights by each other and leave float32's 24 bits.

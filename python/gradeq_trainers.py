@@ -12,7 +12,7 @@ micro-batch and before the clip; a window's micro-batches are the batches
 the trainer drew for that optimizer step (its sampler defines the window).
 
 The model the trainer trains holds the layers gradeq models as one
-attribute (`layers`, default "net": a chain, as TorchRecorder takes it)
+attribute (`layers`, default "net": a model as TorchRecorder takes it)
 and computes its loss from their output; the batch holds the inputs and
 the targets under `inputs` and `labels` (keys of a dict batch, or indices
 of a tuple).

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "reference/bounded.h"
+#include "reference/kinds.h"
 #include "reference/matmul.h"
 #include "reference/tensor.h"
 
@@ -124,13 +125,25 @@ struct LinearGrads {
   Matrix<T> dx, dw, db;
 };
 
-// dx = dy W and dW = dy^T x by the dot-product rule; db = column sums of dy.
-// dW and db are added into their row sums; dx is returned.
+// dW = dy^T x by the dot-product rule and db = column sums of dy, added
+// into their row sums.
 template <class T>
-Matrix<T> linear_backward(const Matrix<T>& x, const Matrix<T>& w, const Matrix<T>& dy, RowSum<T>& dw, RowSum<T>& db) {
+void linear_backward_weight(const Matrix<T>& x, const Matrix<T>& dy, RowSum<T>& dw, RowSum<T>& db) {
   dw.add_product(transposed(dy), x);
   db.add_columns(dy.rows(), dy.cols(), [&](long i, long o) -> const T& { return dy(i, o); });
+}
+
+// dx = dy W by the dot-product rule.
+template <class T>
+Matrix<T> linear_backward_data(const Matrix<T>& w, const Matrix<T>& dy) {
   return gemm(dy, w);
+}
+
+// Both: dW and db added into their row sums; dx returned.
+template <class T>
+Matrix<T> linear_backward(const Matrix<T>& x, const Matrix<T>& w, const Matrix<T>& dy, RowSum<T>& dw, RowSum<T>& db) {
+  linear_backward_weight(x, dy, dw, db);
+  return linear_backward_data(w, dy);
 }
 
 template <class T>
@@ -238,8 +251,6 @@ Matrix<T> gelu_erf_backward(const Matrix<T>& x, const Matrix<T>& dy) {
 //   GroupNorm  one sample's rows x one group's channels
 //   BatchNorm  one channel over all rows of the batch
 // NormGroups lists, for each statistics group, the (row, feature) elements.
-
-enum class NormKind { layer, rms, group, batch };
 
 struct NormShape {
   NormKind kind = NormKind::layer;

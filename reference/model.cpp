@@ -1,22 +1,111 @@
-// model.cpp — model description: names, validation, parameter layout.
+// model.cpp — a model's description resolved into its graph: nodes, the
+// widths of its values, its parameters and buffers.
 #include "reference/model.h"
 
 #include <sstream>
 
 namespace gradeq::ref {
+namespace {
 
-std::string layer_name(LayerKind kind) {
-  switch (kind) {
-    case LayerKind::linear: return "linear";
-    case LayerKind::relu: return "relu";
-    case LayerKind::gelu: return "gelu";
-    case LayerKind::gelu_erf: return "gelu_erf";
-    case LayerKind::layer_norm: return "layernorm";
-    case LayerKind::batch_norm: return "batchnorm";
-    case LayerKind::group_norm: return "groupnorm";
-    case LayerKind::rms_norm: return "rmsnorm";
+// "layer3" -> "3", "layer1.0" -> "1.0": the layer's place in the list, as
+// messages name it.
+std::string place(const std::string& prefix) { return prefix.substr(5); }
+
+class Resolver {
+ public:
+  explicit Resolver(Model& m) : m_(m) {}
+
+  // Resolves `layers` reading value x; returns the value the last one writes.
+  std::size_t resolve(const std::vector<LayerSpec>& layers, const std::string& prefix, std::size_t x, bool top) {
+    for (std::size_t j = 0; j < layers.size(); ++j) {
+      const LayerSpec& l = layers[j];
+      const std::string p = prefix.empty() ? "layer" + std::to_string(j) : prefix + "." + std::to_string(j);
+      if (top) m_.block_starts.push_back(m_.nodes.size());
+      if (!l.op) throw std::invalid_argument("model: layer " + place(p) + " has no op");
+      const std::string where = "model: layer " + place(p) + " (" + std::string(l.op->name()) + ")";
+      std::vector<std::size_t> inputs{x};
+      if (l.op->combines()) {
+        if (l.body.empty()) throw std::invalid_argument(where + ": its branch is empty");
+        inputs.push_back(resolve(l.body, p, x, false));
+      } else if (!l.body.empty()) {
+        throw std::invalid_argument(where + " takes no branch");
+      }
+      x = add(l, p, where, inputs);
+    }
+    return x;
   }
-  return "?";
+
+ private:
+  std::size_t add(const LayerSpec& l, const std::string& prefix, const std::string& where,
+                  const std::vector<std::size_t>& inputs) {
+    Node n;
+    n.op = l.op;
+    n.argument = l.argument;
+    n.inputs = inputs;
+    n.prefix = prefix;
+    for (std::size_t v : inputs) {
+      n.in_widths.push_back(m_.widths[v]);
+      ++m_.consumers[v];
+    }
+    try {
+      l.op->check(l.argument, n.in_widths);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(where + e.what());
+    }
+    n.out_width = l.op->output_width(l.argument, n.in_widths);
+    const long index = static_cast<long>(m_.nodes.size());
+    n.first_parameter = static_cast<long>(m_.parameters.size());
+    for (const TensorInfo& t : l.op->parameters(l.argument, n.in_widths))
+      m_.parameters.push_back({prefix + "." + t.name, index, t.rows, t.cols, t.init, t.start});
+    n.parameters = static_cast<long>(m_.parameters.size()) - n.first_parameter;
+    n.first_buffer = static_cast<long>(m_.buffers.size());
+    for (const TensorInfo& t : l.op->buffers(l.argument, n.in_widths))
+      m_.buffers.push_back({prefix + "." + t.name, index, t.rows, t.cols, t.init, t.start});
+    n.buffers = static_cast<long>(m_.buffers.size()) - n.first_buffer;
+    n.output_value = m_.widths.size();
+    m_.widths.push_back(n.out_width);
+    m_.consumers.push_back(0);
+    m_.nodes.push_back(std::move(n));
+    return m_.nodes.back().output_value;
+  }
+
+  Model& m_;
+};
+
+void describe_layers(std::ostream& os, const std::vector<LayerSpec>& layers) {
+  for (std::size_t j = 0; j < layers.size(); ++j) {
+    const LayerSpec& l = layers[j];
+    if (j > 0) os << "-";
+    os << (l.op ? l.op->describe(l.argument) : std::string("?"));
+    if (!l.body.empty()) {
+      os << "[";
+      describe_layers(os, l.body);
+      os << "]";
+    }
+  }
+}
+
+}  // namespace
+
+Model::Model(const ModelSpec& s) : spec(s) {
+  if (s.input_features < 1) throw std::invalid_argument("model: input features must be >= 1");
+  if (s.positions < 1) throw std::invalid_argument("model: positions per sample must be >= 1");
+  if (!(s.norm_eps > 0.0)) throw std::invalid_argument("model: norm eps must be > 0");
+  if (!(s.bn_momentum >= 0.0 && s.bn_momentum <= 1.0))
+    throw std::invalid_argument("model: batchnorm momentum must be in [0, 1]");
+  if (s.layers.empty()) throw std::invalid_argument("model: it has no layers");
+  widths.push_back(s.input_features);
+  consumers.push_back(0);
+  Resolver(*this).resolve(s.layers, "", 0, true);
+  block_starts.push_back(nodes.size());
+  if (s.loss == LossKind::cross_entropy && output_width() < 2)
+    throw std::invalid_argument("model: cross-entropy needs >= 2 output classes");
+}
+
+bool Model::couples_samples() const {
+  for (const Node& n : nodes)
+    if (n.op->couples_samples()) return true;
+  return false;
 }
 
 std::string loss_name(LossKind kind) {
@@ -29,133 +118,26 @@ std::string loss_name(LossKind kind) {
 
 std::string describe(const ModelSpec& spec) {
   std::ostringstream os;
-  os << "in(" << spec.input_features << ")";
-  for (const LayerSpec& l : spec.layers) {
-    os << "-" << layer_name(l.kind);
-    if (l.kind == LayerKind::linear) os << "(" << l.features << ")";
-    if (l.kind == LayerKind::group_norm) os << "(" << l.groups << " groups)";
-  }
+  os << "in(" << spec.input_features << ")-";
+  describe_layers(os, spec.layers);
   os << " -> " << loss_name(spec.loss);
   if (spec.positions > 1) os << ", " << spec.positions << " positions/sample";
   return os.str();
 }
 
-void validate(const ModelSpec& spec) {
-  if (spec.input_features < 1) throw std::invalid_argument("model: input features must be >= 1");
-  if (spec.positions < 1) throw std::invalid_argument("model: positions per sample must be >= 1");
-  if (!(spec.norm_eps > 0.0)) throw std::invalid_argument("model: norm eps must be > 0");
-  if (!(spec.bn_momentum >= 0.0 && spec.bn_momentum <= 1.0))
-    throw std::invalid_argument("model: batchnorm momentum must be in [0, 1]");
-  const std::vector<long> widths = layer_widths(spec);
-  for (std::size_t l = 0; l < spec.layers.size(); ++l) {
-    const LayerSpec& layer = spec.layers[l];
-    const std::string where = "model: layer " + std::to_string(l) + " (" + layer_name(layer.kind) + ")";
-    if (layer.kind == LayerKind::linear && layer.features < 1)
-      throw std::invalid_argument(where + " needs >= 1 output features");
-    if (layer.kind == LayerKind::group_norm && (layer.groups < 1 || widths[l] % layer.groups != 0))
-      throw std::invalid_argument(where + ": " + std::to_string(layer.groups) + " groups do not divide " +
-                                  std::to_string(widths[l]) + " channels");
-  }
-  const long out = widths.back();
-  if (spec.loss == LossKind::cross_entropy && out < 2)
-    throw std::invalid_argument("model: cross-entropy needs >= 2 output classes");
-}
-
-std::vector<long> layer_widths(const ModelSpec& spec) {
-  std::vector<long> widths{spec.input_features};
-  for (const LayerSpec& l : spec.layers) widths.push_back(l.kind == LayerKind::linear ? l.features : widths.back());
-  return widths;
-}
-
-std::vector<ParameterInfo> parameter_layout(const ModelSpec& spec) {
-  const std::vector<long> widths = layer_widths(spec);
-  std::vector<ParameterInfo> out;
-  for (std::size_t l = 0; l < spec.layers.size(); ++l) {
-    const std::string prefix = "layer" + std::to_string(l) + ".";
-    const long in = widths[l];
-    switch (spec.layers[l].kind) {
-      case LayerKind::linear:
-        out.push_back({prefix + "weight", static_cast<long>(l), spec.layers[l].features, in});
-        out.push_back({prefix + "bias", static_cast<long>(l), 1, spec.layers[l].features});
-        break;
-      case LayerKind::layer_norm:
-      case LayerKind::batch_norm:
-      case LayerKind::group_norm:
-        out.push_back({prefix + "weight", static_cast<long>(l), 1, in});
-        out.push_back({prefix + "bias", static_cast<long>(l), 1, in});
-        break;
-      case LayerKind::rms_norm: out.push_back({prefix + "weight", static_cast<long>(l), 1, in}); break;
-      case LayerKind::relu:
-      case LayerKind::gelu:
-      case LayerKind::gelu_erf: break;
-    }
-  }
-  return out;
-}
-
-std::vector<ParameterInfo> buffer_layout(const ModelSpec& spec) {
-  const std::vector<long> widths = layer_widths(spec);
-  std::vector<ParameterInfo> out;
-  for (std::size_t l = 0; l < spec.layers.size(); ++l) {
-    if (spec.layers[l].kind != LayerKind::batch_norm) continue;
-    const std::string prefix = "layer" + std::to_string(l) + ".";
-    out.push_back({prefix + "running_mean", static_cast<long>(l), 1, widths[l]});
-    out.push_back({prefix + "running_var", static_cast<long>(l), 1, widths[l]});
-  }
-  return out;
-}
-
-std::vector<long> first_buffer(const ModelSpec& spec) {
-  std::vector<long> first(spec.layers.size() + 1, 0);
-  long b = 0;
-  for (std::size_t l = 0; l < spec.layers.size(); ++l) {
-    first[l] = b;
-    if (spec.layers[l].kind == LayerKind::batch_norm) b += 2;
-  }
-  first[spec.layers.size()] = b;
-  return first;
-}
-
-double initial_buffer_value(const ParameterInfo& b) { return b.name.ends_with("running_var") ? 1.0 : 0.0; }
-
-bool is_norm(LayerKind kind) {
-  return kind == LayerKind::layer_norm || kind == LayerKind::batch_norm || kind == LayerKind::group_norm ||
-         kind == LayerKind::rms_norm;
-}
-
-bool has_batch_norm(const ModelSpec& spec) {
-  for (const LayerSpec& l : spec.layers)
-    if (l.kind == LayerKind::batch_norm) return true;
+std::vector<ParameterInfo> parameter_layout(const ModelSpec& spec) { return Model(spec).parameters; }
+std::vector<ParameterInfo> buffer_layout(const ModelSpec& spec) { return Model(spec).buffers; }
+namespace {
+bool any_in(const std::vector<LayerSpec>& layers, const std::function<bool(const Op&)>& test) {
+  for (const LayerSpec& l : layers)
+    if ((l.op && test(*l.op)) || any_in(l.body, test)) return true;
   return false;
 }
+}  // namespace
 
-NormShape norm_shape(const ModelSpec& spec, const LayerSpec& layer) {
-  NormShape s;
-  s.positions = spec.positions;
-  s.eps = spec.norm_eps;
-  switch (layer.kind) {
-    case LayerKind::layer_norm: s.kind = NormKind::layer; break;
-    case LayerKind::rms_norm: s.kind = NormKind::rms; break;
-    case LayerKind::batch_norm: s.kind = NormKind::batch; break;
-    case LayerKind::group_norm:
-      s.kind = NormKind::group;
-      s.groups = layer.groups;
-      break;
-    default: throw std::logic_error("norm_shape: not a normalizer");
-  }
-  return s;
-}
-
-std::vector<long> first_parameter(const ModelSpec& spec) {
-  std::vector<long> first(spec.layers.size() + 1, 0);
-  const std::vector<ParameterInfo> layout = parameter_layout(spec);
-  std::size_t p = 0;
-  for (std::size_t l = 0; l < spec.layers.size(); ++l) {
-    first[l] = static_cast<long>(p);
-    while (p < layout.size() && layout[p].layer == static_cast<long>(l)) ++p;
-  }
-  first[spec.layers.size()] = static_cast<long>(p);
-  return first;
+bool any_op(const ModelSpec& spec, const std::function<bool(const Op&)>& test) { return any_in(spec.layers, test); }
+bool has_batch_norm(const ModelSpec& spec) {
+  return any_op(spec, [](const Op& op) { return op.couples_samples(); });
 }
 
 }  // namespace gradeq::ref

@@ -1,11 +1,13 @@
-// model.h — a model is a stack of layers ending in a loss. This file holds
-// the model's description (shared by the reference and the harness's
-// driver), its parameter and buffer layout, and the float64 forward and
-// backward of the whole stack. Tensors the kernel stores are passed through
-// stored(), which is the identity for T = double and one rounding for
-// T = Bounded.
+// model.h — a model is a graph of ops ending in a loss. Its description
+// (ModelSpec: the config's list of layers, where a combinator's branch
+// nests) is resolved once into a Model: nodes in forward order, each with
+// its op, the values it reads, its widths and its parameters' place. The
+// float64 forward and backward walk the nodes. Tensors the kernel stores
+// are passed through stored(), which is the identity for T = double and
+// one rounding for T = Bounded.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -13,17 +15,17 @@
 
 #include "reference/layers.h"
 #include "reference/losses.h"
+#include "reference/op.h"
 #include "reference/tensor.h"
 
 namespace gradeq::ref {
 
-enum class LayerKind { linear, relu, gelu, gelu_erf, layer_norm, batch_norm, group_norm, rms_norm };
-enum class LossKind { mse, cross_entropy };
-
+// One element of a model's layer list: an op and its argument, or a
+// combinator and its branch (`body`), which nests.
 struct LayerSpec {
-  LayerKind kind = LayerKind::linear;
-  long features = 0;  // Linear: output features; others: ignored (inferred)
-  long groups = 0;    // GroupNorm: channel groups (must divide the features)
+  const Op* op = nullptr;
+  long argument = 0;
+  std::vector<LayerSpec> body;
 };
 
 struct ModelSpec {
@@ -35,39 +37,54 @@ struct ModelSpec {
   double bn_momentum = 0.1;    // PyTorch's default
 };
 
-std::string layer_name(LayerKind kind);
 std::string loss_name(LossKind kind);
-// "in(8)-linear(16)-batchnorm-relu-linear(3) -> mse"
+// "in(8)-linear(16)-batchnorm-relu-linear(3) -> mse"; a combinator as
+// "residual[layernorm-linear(8)]".
 std::string describe(const ModelSpec& spec);
-// Throws std::invalid_argument with a message naming what is wrong.
-void validate(const ModelSpec& spec);
-// Features entering each layer, plus the output features at the end.
-std::vector<long> layer_widths(const ModelSpec& spec);
-bool is_norm(LayerKind kind);
-bool has_batch_norm(const ModelSpec& spec);
-NormShape norm_shape(const ModelSpec& spec, const LayerSpec& layer);
 
 struct ParameterInfo {
-  std::string name;  // "layer1.weight"
-  long layer = 0;
+  std::string name;  // "layer1.weight", "layer2.0.bias"
+  long layer = 0;    // the node that owns it
   long rows = 0, cols = 0;
+  Init init = Init::small;
+  double start = 0.0;  // a buffer's initial value
 };
 
-std::vector<ParameterInfo> parameter_layout(const ModelSpec& spec);
-// Parameters of layer l occupy params[first_parameter(spec)[l] ...].
-std::vector<long> first_parameter(const ModelSpec& spec);
+// The resolved graph. Value 0 is the model's input and node n writes value
+// n + 1; the last node's output is the model's output. Top-level element
+// b of the layer list is nodes [block_starts[b], block_starts[b + 1]):
+// activation checkpointing keeps the values between them.
+struct Model {
+  // Throws std::invalid_argument with a message naming the layer
+  // ("model: layer 1.2 (groupnorm): ...").
+  explicit Model(const ModelSpec& spec);
 
-// Buffers: BatchNorm's running mean and variance, [1, C] each, starting at
-// 0 and 1 as in PyTorch. Buffers of layer l start at first_buffer(spec)[l].
+  ModelSpec spec;
+  std::vector<Node> nodes;
+  std::vector<long> widths;          // per value
+  std::vector<long> consumers;       // per value: the node inputs that read it
+  std::vector<ParameterInfo> parameters, buffers;
+  std::vector<std::size_t> block_starts;
+
+  std::size_t values() const { return widths.size(); }
+  long output_width() const { return widths.back(); }
+  bool couples_samples() const;  // a BatchNorm somewhere
+};
+
+// Throws std::invalid_argument with a message naming what is wrong.
+inline void validate(const ModelSpec& spec) { (void)Model(spec); }
+std::vector<ParameterInfo> parameter_layout(const ModelSpec& spec);
+// Whether some layer's op, at any depth, satisfies `test` (without
+// resolving the model: it may not be valid yet).
+bool any_op(const ModelSpec& spec, const std::function<bool(const Op&)>& test);
 std::vector<ParameterInfo> buffer_layout(const ModelSpec& spec);
-std::vector<long> first_buffer(const ModelSpec& spec);
-double initial_buffer_value(const ParameterInfo& b);
+bool has_batch_norm(const ModelSpec& spec);
 
 template <class T>
 using Tensors = std::vector<Matrix<T>>;
 
 // BatchNorm statistics and backward coupling supplied from outside, per
-// layer (nullopt: compute from the batch at hand). Used by the exact
+// node (nullopt: compute from the batch at hand). Used by the exact
 // BatchNorm-under-accumulation procedure, which computes them over the
 // whole window.
 template <class T>
@@ -76,147 +93,135 @@ struct WindowNorms {
   std::vector<std::optional<NormCoupling<T>>> coupling;
 };
 
-// Everything backward needs from forward: the input of every layer and the
-// statistics each normalizer used.
+// Everything backward needs from forward: every value (the input and each
+// node's output) and the statistics each normalizer used.
 template <class T>
 struct Tape {
-  Tensors<T> layer_inputs;
-  std::vector<std::optional<NormStatistics<T>>> statistics;
-  Matrix<T> output;
+  Tensors<T> values;
+  std::vector<std::optional<NormStatistics<T>>> statistics;  // per node
+  const Matrix<T>& output() const { return values.back(); }
 };
 
-// running: BatchNorm buffers to update (training mode), or nullptr.
+// running: the buffers to update (training mode), or nullptr.
 template <class T>
-Tape<T> forward(const ModelSpec& spec, const Tensors<T>& params, const Matrix<T>& x, Tensors<T>* running = nullptr,
+Tape<T> forward(const Model& model, const Tensors<T>& params, const Matrix<T>& x, Tensors<T>* running = nullptr,
                 const WindowNorms<T>* window = nullptr) {
-  const std::vector<long> first = first_parameter(spec), first_buf = first_buffer(spec);
   Tape<T> tape;
-  Matrix<T> h = quantized(x, Storage::compute);
-  for (std::size_t l = 0; l < spec.layers.size(); ++l) {
-    tape.layer_inputs.push_back(h);
-    tape.statistics.emplace_back();
-    const Matrix<T>* p = params.data() + first[l];
-    const LayerKind kind = spec.layers[l].kind;
-    switch (kind) {
-      case LayerKind::linear: h = linear_forward(h, p[0], p[1]); break;
-      case LayerKind::relu: h = relu_forward(h); break;
-      case LayerKind::gelu: h = gelu_forward(h); break;
-      case LayerKind::gelu_erf: h = gelu_erf_forward(h); break;
-      case LayerKind::layer_norm:
-      case LayerKind::batch_norm:
-      case LayerKind::group_norm:
-      case LayerKind::rms_norm: {
-        const NormShape shape = norm_shape(spec, spec.layers[l]);
-        const bool supplied = window && window->statistics.size() > l && window->statistics[l].has_value();
-        tape.statistics[l] = supplied ? *window->statistics[l] : norm_statistics(shape, h);
-        const Matrix<T> no_beta;
-        h = norm_forward(shape, h, p[0], kind == LayerKind::rms_norm ? no_beta : p[1], *tape.statistics[l]);
-        if (kind == LayerKind::batch_norm && running && !supplied)
-          batchnorm_update_running((*running)[first_buf[l]], (*running)[first_buf[l] + 1], *tape.statistics[l],
-                                   spec.bn_momentum);
-        break;
-      }
-    }
-    h = stored(h, Storage::compute);
+  tape.values.reserve(model.values());
+  tape.statistics.resize(model.nodes.size());
+  tape.values.push_back(quantized(x, Storage::compute));
+  for (std::size_t n = 0; n < model.nodes.size(); ++n) {
+    const Node& node = model.nodes[n];
+    std::vector<const Matrix<T>*> in;
+    for (std::size_t v : node.inputs) in.push_back(&tape.values[v]);
+    const std::optional<NormStatistics<T>>* supplied =
+        window && window->statistics.size() > n && window->statistics[n] ? &window->statistics[n] : nullptr;
+    const OpForward<T> call{model,
+                            node,
+                            std::move(in),
+                            params.data() + node.first_parameter,
+                            running && node.buffers > 0 ? running->data() + node.first_buffer : nullptr,
+                            tape.statistics[n],
+                            supplied};
+    tape.values.push_back(stored(node.op->forward(call), Storage::compute));
   }
-  tape.output = h;
   return tape;
 }
 
 template <class T>
 struct Backward {
-  Tensors<T> grads;                 // fresh parameter gradients (not accumulated, not stored)
-  Tensors<T> layer_output_grads;    // dy arriving at each layer's output
+  Tensors<T> grads;        // fresh parameter gradients (not accumulated, not stored)
+  Tensors<T> value_grads;  // the gradient arriving at each value
 };
 
 namespace detail {
 
 // Backward from dy at the output. Gradients are fresh: the caller adds them
-// into its accumulation buffer. With `output_grads`, the dy arriving at each
-// layer's output is kept there. With `release` (the tape itself, given
-// away by the caller), each layer's entries are freed as soon as its
-// backward is done: at real widths the tape is most of a pass's memory, and
-// holding it all until the end, beside a second set of activation-sized
-// gradients, doubled the pass's peak. With `slice_sums` (one per parameter)
-// the pass is over one slice of a batch's rows: its reductions over rows
-// are added there and no gradient is returned; otherwise each is decided
-// as soon as its layer is done.
+// into its accumulation buffer. A value read by several nodes gets the sum
+// of their gradients, each stored, added in the order backward reaches
+// them, as a kernel adds a branch's gradient into the residual stream.
+// With `value_grads`, the gradient arriving at each value is kept there.
+// With `release` (the tape itself, given away by the caller), each value
+// is freed as soon as the backward of its last reader is done: at real
+// widths the tape is most of a pass's memory. With `slice_sums` (one per
+// parameter) the pass is over one slice of a batch's rows: its reductions
+// over rows are added there and no gradient is returned; otherwise each is
+// decided as soon as its node is done.
 template <class T>
-Tensors<T> backward_pass(const ModelSpec& spec, const Tensors<T>& params, const Tape<T>& tape, const Matrix<T>& dy_out,
-                         const WindowNorms<T>* window, Tensors<T>* output_grads, Tape<T>* release,
+Tensors<T> backward_pass(const Model& model, const Tensors<T>& params, const Tape<T>& tape, const Matrix<T>& dy_out,
+                         const WindowNorms<T>* window, Tensors<T>* value_grads, Tape<T>* release,
                          std::vector<RowSum<T>>* slice_sums = nullptr) {
-  const std::vector<long> first = first_parameter(spec);
   Tensors<T> grads(slice_sums ? 0 : params.size());
-  if (output_grads) output_grads->assign(spec.layers.size(), Matrix<T>());
-  Matrix<T> dy = dy_out;
-  for (std::size_t l = spec.layers.size(); l-- > 0;) {
-    if (output_grads) (*output_grads)[l] = dy;
-    const Matrix<T>& x = tape.layer_inputs[l];
-    const Matrix<T>* p = params.data() + first[l];
-    RowSum<T> local[2];
-    RowSum<T>* sums = slice_sums ? slice_sums->data() + first[l] : local;
-    long count = 0;  // the layer's parameters
-    Matrix<T> dx;
-    switch (spec.layers[l].kind) {
-      case LayerKind::linear:
-        dx = linear_backward(x, p[0], dy, sums[0], sums[1]);
-        count = 2;
-        break;
-      case LayerKind::relu: dx = relu_backward(x, dy); break;
-      case LayerKind::gelu: dx = gelu_backward(x, dy); break;
-      case LayerKind::gelu_erf: dx = gelu_erf_backward(x, dy); break;
-      case LayerKind::layer_norm:
-      case LayerKind::batch_norm:
-      case LayerKind::group_norm:
-      case LayerKind::rms_norm: {
-        const NormShape shape = norm_shape(spec, spec.layers[l]);
-        const NormStatistics<T>& st = *tape.statistics[l];
-        const bool supplied = window && window->coupling.size() > l && window->coupling[l].has_value();
-        const bool rms = spec.layers[l].kind == LayerKind::rms_norm;
-        dx = norm_backward(shape, x, p[0], dy, st, supplied ? *window->coupling[l] : norm_coupling(shape, x, p[0], dy, st),
-                           sums[0], rms ? nullptr : &sums[1]);
-        count = rms ? 1 : 2;
-        break;
-      }
+  if (value_grads) value_grads->assign(model.values(), Matrix<T>());
+  Tensors<T> g(model.values());
+  std::vector<bool> reached(model.values(), false);
+  std::vector<long> readers = model.consumers;
+  g.back() = dy_out;
+  reached.back() = true;
+  for (std::size_t n = model.nodes.size(); n-- > 0;) {
+    const Node& node = model.nodes[n];
+    const std::size_t out = node.output();
+    if (value_grads) (*value_grads)[out] = g[out];
+    std::vector<const Matrix<T>*> x;
+    std::vector<bool> needed;
+    for (std::size_t v : node.inputs) {
+      x.push_back(&tape.values[v]);
+      needed.push_back(v > 0);
     }
+    std::vector<RowSum<T>> local(slice_sums ? 0 : static_cast<std::size_t>(node.parameters));
+    RowSum<T>* sums = slice_sums ? slice_sums->data() + node.first_parameter : local.data();
+    const NormCoupling<T>* supplied =
+        window && window->coupling.size() > n && window->coupling[n] ? &*window->coupling[n] : nullptr;
+    std::vector<Matrix<T>> dx(node.inputs.size());
+    node.op->backward(OpBackward<T>{model, node, std::move(x), params.data() + node.first_parameter, g[out],
+                                    tape.statistics[n] ? &*tape.statistics[n] : nullptr, supplied, sums,
+                                    std::move(needed), dx});
     if (!slice_sums)
-      for (long k = 0; k < count; ++k) grads[static_cast<std::size_t>(first[l] + k)] = std::move(local[k]).result();
-    if (release) {
-      release->layer_inputs[l] = Matrix<T>();
-      release->statistics[l].reset();
+      for (long k = 0; k < node.parameters; ++k)
+        grads[static_cast<std::size_t>(node.first_parameter + k)] = std::move(local[static_cast<std::size_t>(k)]).result();
+    g[out] = Matrix<T>();
+    for (std::size_t i = 0; i < node.inputs.size(); ++i) {
+      const std::size_t v = node.inputs[i];
+      if (v == 0) continue;
+      Matrix<T> d = stored(dx[i], Storage::compute);
+      g[v] = reached[v] ? stored(Matrix<T>(g[v] + d), Storage::compute) : std::move(d);
+      reached[v] = true;
     }
-    // The first layer's dx is not needed; a kernel does not compute it.
-    dy = l > 0 ? stored(dx, Storage::compute) : Matrix<T>();
+    if (release) {
+      for (std::size_t v : node.inputs)
+        if (--readers[v] == 0) release->values[v] = Matrix<T>();
+      release->statistics[n].reset();
+    }
   }
   return grads;
 }
 
 }  // namespace detail
 
-// Backward from dy at the output, keeping the dy that arrives at each
-// layer's output (the exact BatchNorm procedure's coupling needs them).
+// Backward from dy at the output, keeping the gradient arriving at each
+// value (the exact BatchNorm procedure's coupling needs them).
 template <class T>
-Backward<T> backward_with_layer_grads(const ModelSpec& spec, const Tensors<T>& params, const Tape<T>& tape,
+Backward<T> backward_with_value_grads(const Model& model, const Tensors<T>& params, const Tape<T>& tape,
                                       const Matrix<T>& dy_out, const WindowNorms<T>* window = nullptr) {
   Backward<T> out;
-  out.grads = detail::backward_pass(spec, params, tape, dy_out, window, &out.layer_output_grads,
+  out.grads = detail::backward_pass(model, params, tape, dy_out, window, &out.value_grads,
                                     static_cast<Tape<T>*>(nullptr));
   return out;
 }
 
 // The parameters' gradients alone, from a tape that is kept.
 template <class T>
-Tensors<T> backward(const ModelSpec& spec, const Tensors<T>& params, const Tape<T>& tape, const Matrix<T>& dy_out) {
-  return detail::backward_pass(spec, params, tape, dy_out, static_cast<const WindowNorms<T>*>(nullptr),
+Tensors<T> backward(const Model& model, const Tensors<T>& params, const Tape<T>& tape, const Matrix<T>& dy_out) {
+  return detail::backward_pass(model, params, tape, dy_out, static_cast<const WindowNorms<T>*>(nullptr),
                                static_cast<Tensors<T>*>(nullptr), static_cast<Tape<T>*>(nullptr));
 }
 
-// The parameters' gradients alone, from a tape given away: each layer's
-// entries are freed once its backward is done.
+// The parameters' gradients alone, from a tape given away: each value is
+// freed once its last reader's backward is done.
 template <class T>
-Tensors<T> backward(const ModelSpec& spec, const Tensors<T>& params, Tape<T>&& tape, const Matrix<T>& dy_out,
+Tensors<T> backward(const Model& model, const Tensors<T>& params, Tape<T>&& tape, const Matrix<T>& dy_out,
                     const WindowNorms<T>* window = nullptr) {
-  return detail::backward_pass(spec, params, tape, dy_out, window, static_cast<Tensors<T>*>(nullptr), &tape);
+  return detail::backward_pass(model, params, tape, dy_out, window, static_cast<Tensors<T>*>(nullptr), &tape);
 }
 
 }  // namespace gradeq::ref

@@ -130,8 +130,7 @@ struct WindowGradients {
 template <class T>
 Tensors<T> initial_buffers(const ModelSpec& spec) {
   Tensors<T> buffers;
-  for (const ParameterInfo& b : buffer_layout(spec))
-    buffers.push_back(Matrix<T>::Constant(b.rows, b.cols, T(initial_buffer_value(b))));
+  for (const ParameterInfo& b : buffer_layout(spec)) buffers.push_back(Matrix<T>::Constant(b.rows, b.cols, T(b.start)));
   return buffers;
 }
 
@@ -201,36 +200,39 @@ LossAndGrad<T> loss_of(const ModelSpec& spec, const Matrix<T>& output, const Bat
 // the statistics, then one forward+backward pass per layer, last to first,
 // for the coupling. Returns the passes used.
 template <class T>
-long exact_window_norms(const ModelSpec& spec, const Tensors<T>& weights, const std::vector<Batch>& micro_batches,
+long exact_window_norms(const Model& model, const Tensors<T>& weights, const std::vector<Batch>& micro_batches,
                         const std::vector<double>& scales, WindowNorms<T>& window) {
-  const std::size_t layers = spec.layers.size();
-  const std::vector<long> first = first_parameter(spec);
-  window.statistics.assign(layers, std::nullopt);
-  window.coupling.assign(layers, std::nullopt);
+  const std::size_t nodes = model.nodes.size();
+  window.statistics.assign(nodes, std::nullopt);
+  window.coupling.assign(nodes, std::nullopt);
   long passes = 0;
-  for (std::size_t k = 0; k < layers; ++k) {
-    if (spec.layers[k].kind != LayerKind::batch_norm) continue;
-    const NormShape shape = norm_shape(spec, spec.layers[k]);
+  for (std::size_t k = 0; k < nodes; ++k) {
+    const Node& node = model.nodes[k];
+    if (!node.op->couples_samples()) continue;
+    const NormShape shape = *node.op->norm_shape(model, node);
     NormMoments<T> moments;
     for (const Batch& mb : micro_batches) {
-      const Tape<T> tape = forward(spec, weights, lift<T>(mb.inputs), static_cast<Tensors<T>*>(nullptr), &window);
-      moments = combine_moments(moments, norm_moments(shape, tape.layer_inputs[k]));
+      const Tape<T> tape = forward(model, weights, lift<T>(mb.inputs), static_cast<Tensors<T>*>(nullptr), &window);
+      moments = combine_moments(moments, norm_moments(shape, tape.values[node.inputs[0]]));
     }
     window.statistics[k] = statistics_from(shape, moments);
     ++passes;
   }
-  for (std::size_t k = layers; k-- > 0;) {
-    if (spec.layers[k].kind != LayerKind::batch_norm) continue;
-    const NormShape shape = norm_shape(spec, spec.layers[k]);
+  for (std::size_t k = nodes; k-- > 0;) {
+    const Node& node = model.nodes[k];
+    if (!node.op->couples_samples()) continue;
+    const NormShape shape = *node.op->norm_shape(model, node);
     NormCoupling<T> coupling;
     for (std::size_t b = 0; b < micro_batches.size(); ++b) {
       const Batch& mb = micro_batches[b];
-      const Tape<T> tape = forward(spec, weights, lift<T>(mb.inputs), static_cast<Tensors<T>*>(nullptr), &window);
+      const Tape<T> tape = forward(model, weights, lift<T>(mb.inputs), static_cast<Tensors<T>*>(nullptr), &window);
       const T scale(scales[b]);
-      const LossAndGrad<T> loss = loss_of(spec, tape.output, mb, scale);
-      const Backward<T> bw = backward_with_layer_grads(spec, weights, tape, stored(loss.dy, Storage::compute), &window);
-      coupling = combine_coupling(coupling, norm_coupling(shape, tape.layer_inputs[k], weights[first[k]],
-                                                          bw.layer_output_grads[k], *tape.statistics[k]));
+      const LossAndGrad<T> loss = loss_of(model.spec, tape.output(), mb, scale);
+      const Backward<T> bw =
+          backward_with_value_grads(model, weights, tape, stored(loss.dy, Storage::compute), &window);
+      coupling = combine_coupling(coupling, norm_coupling(shape, tape.values[node.inputs[0]],
+                                                          weights[static_cast<std::size_t>(node.first_parameter)],
+                                                          bw.value_grads[node.output()], *tape.statistics[k]));
     }
     window.coupling[k] = coupling;
     ++passes;
@@ -250,19 +252,19 @@ struct MicroBatchPass {
 // config.slice_samples samples. `report(slice, slices)` is called after
 // each slice (after the whole pass: 1, 1).
 template <class T, class Report>
-MicroBatchPass<T> micro_batch_pass(const ModelSpec& spec, const ProcedureConfig& config, const Tensors<T>& weights,
+MicroBatchPass<T> micro_batch_pass(const Model& model, const ProcedureConfig& config, const Tensors<T>& weights,
                                    const Batch& mb, const T& scale, Tensors<T>* running, const WindowNorms<T>* window,
                                    Report&& report) {
   const long samples = mb.samples();
   if (config.slice_samples <= 0 || config.slice_samples >= samples) {
-    Tape<T> tape = forward(spec, weights, lift<T>(mb.inputs), running, window);
-    LossAndGrad<T> loss = loss_of(spec, tape.output, mb, scale);
-    MicroBatchPass<T> out{backward(spec, weights, std::move(tape), stored(loss.dy, Storage::compute), window),
+    Tape<T> tape = forward(model, weights, lift<T>(mb.inputs), running, window);
+    LossAndGrad<T> loss = loss_of(model.spec, tape.output(), mb, scale);
+    MicroBatchPass<T> out{backward(model, weights, std::move(tape), stored(loss.dy, Storage::compute), window),
                           loss.loss_sum};
     report(1, 1);
     return out;
   }
-  if (has_batch_norm(spec))
+  if (model.couples_samples())
     throw std::invalid_argument("a micro-batch through BatchNorm cannot be computed in slices: its statistics span "
                                 "all of its rows");
   std::vector<RowSum<T>> sums(weights.size());
@@ -270,10 +272,10 @@ MicroBatchPass<T> micro_batch_pass(const ModelSpec& spec, const ProcedureConfig&
   const auto slices = static_cast<std::size_t>((samples + config.slice_samples - 1) / config.slice_samples);
   for (long first = 0; first < samples; first += config.slice_samples) {
     const Batch part = mb.slice(first, std::min(config.slice_samples, samples - first));
-    Tape<T> tape = forward(spec, weights, lift<T>(part.inputs), running, window);
-    LossAndGrad<T> loss = loss_of(spec, tape.output, part, scale);
+    Tape<T> tape = forward(model, weights, lift<T>(part.inputs), running, window);
+    LossAndGrad<T> loss = loss_of(model.spec, tape.output(), part, scale);
     row_losses.insert(row_losses.end(), loss.row_losses.begin(), loss.row_losses.end());
-    backward_pass(spec, weights, tape, stored(loss.dy, Storage::compute), window, static_cast<Tensors<T>*>(nullptr),
+    backward_pass(model, weights, tape, stored(loss.dy, Storage::compute), window, static_cast<Tensors<T>*>(nullptr),
                   &tape, &sums);
     report(static_cast<std::size_t>(first / config.slice_samples) + 1, slices);
   }
@@ -339,9 +341,10 @@ WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfi
   }
 
   WindowGradients<T> out{Tensors<T>(params.size()), T(0.0), 1};
+  const Model model(spec);
   WindowNorms<T> window_norms;
-  const bool exact_bn = config.batch_norm == BatchNormMode::exact_window && has_batch_norm(spec);
-  if (exact_bn) out.forward_passes += detail::exact_window_norms(spec, weights, micro_batches, scales, window_norms);
+  const bool exact_bn = config.batch_norm == BatchNormMode::exact_window && model.couples_samples();
+  if (exact_bn) out.forward_passes += detail::exact_window_norms(model, weights, micro_batches, scales, window_norms);
 
   std::vector<T> losses;
   // Each rank's buffer receives its micro-batches' gradients one after
@@ -360,7 +363,7 @@ WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfi
       if (const MicroBatchObserver* observer = micro_batch_observer())
         (*observer)(MicroBatchProgress{slice == slices ? b + 1 : b, micro_batches.size(), slice, slices});
     };
-    detail::MicroBatchPass<T> pass = detail::micro_batch_pass(spec, config, weights, micro_batches[b], scale,
+    detail::MicroBatchPass<T> pass = detail::micro_batch_pass(model, config, weights, micro_batches[b], scale,
                                                               exact_bn ? nullptr : &buffers,
                                                               exact_bn ? &window_norms : nullptr, report);
     losses.push_back(pass.loss_sum * scale);
@@ -380,11 +383,13 @@ WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfi
     out.grads[p] = stored(sum, Storage::accumulate);
   }
   if (exact_bn) {
-    const std::vector<long> first_buf = first_buffer(spec);
-    for (std::size_t l = 0; l < spec.layers.size(); ++l)
-      if (spec.layers[l].kind == LayerKind::batch_norm)
-        batchnorm_update_running(buffers[first_buf[l]], buffers[first_buf[l] + 1], *window_norms.statistics[l],
+    for (std::size_t n = 0; n < model.nodes.size(); ++n) {
+      const Node& node = model.nodes[n];
+      if (node.op->couples_samples())
+        batchnorm_update_running(buffers[static_cast<std::size_t>(node.first_buffer)],
+                                 buffers[static_cast<std::size_t>(node.first_buffer) + 1], *window_norms.statistics[n],
                                  spec.bn_momentum);
+    }
   }
   for (auto& b : buffers) b = stored(b, Storage::master);
   out.loss = reduce<T>(static_cast<long>(losses.size()), [&](long b) { return losses[b]; });

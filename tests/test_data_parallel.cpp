@@ -7,6 +7,7 @@
 #include <string>
 
 #include "harness/data_parallel.h"
+#include "harness/ops/registry.h"
 #include "harness/reference_run.h"
 #include "harness/suite.h"
 #include "kernels/communicator.h"
@@ -46,7 +47,7 @@ TEST(DataParallelSpec, WhatCannotRunDataParallelIsRefusedWithTheReason) {
   kahan.procedure.compensated = true;
   expect_throws_with([&] { require_data_parallel(kahan, 2, ShardMode::replicated); }, "Kahan");
   ScenarioSpec batch_norm = base;
-  batch_norm.model.layers.insert(batch_norm.model.layers.begin() + 1, {ref::LayerKind::batch_norm, 0});
+  batch_norm.model.layers.insert(batch_norm.model.layers.begin() + 1, layer_of("batchnorm"));
   expect_throws_with([&] { require_data_parallel(batch_norm, 2, ShardMode::replicated); }, "refuse BatchNorm");
 }
 

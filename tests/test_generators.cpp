@@ -42,7 +42,7 @@ TEST(Generators, LargeTierReachesTheModels) {
   long widest = 0;
   EXPECT_TRUE(rc::check("large models", [&] {
     const ScenarioSpec s = *normalized_scenario();
-    for (const auto& l : s.model.layers) widest = std::max(widest, l.features);
+    for (long w : ref::Model(s.model).widths) widest = std::max(widest, w);
   }));
   EXPECT_GE(widest, 255);
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "harness/backends.h"
+#include "harness/ops/registry.h"
 #include "harness/compare.h"
 #include "harness/config.h"
 #include "harness/equivalence.h"
@@ -32,7 +33,7 @@ ScenarioSpec small_scenario() {
   ScenarioSpec s;
   s.name = "small";
   s.model.input_features = 3;
-  s.model.layers = {{ref::LayerKind::linear, 4}, {ref::LayerKind::relu, 0}, {ref::LayerKind::linear, 2}};
+  s.model.layers = {layer_of("linear", 4), layer_of("relu"), layer_of("linear", 2)};
   s.split = {{2, 3}};
   return s;
 }
@@ -66,7 +67,7 @@ TEST(Scenario, BadInputIsRejectedWithAMessage) {
   s.model.input_features = 0;
   expect_rejected(s, "input features");
   s = small_scenario();
-  s.model.layers[0].features = 0;
+  s.model.layers[0].argument = 0;
   expect_rejected(s, "output features");
   s = small_scenario();
   s.data = DataKind::padded_sequences;
@@ -319,20 +320,19 @@ TEST(Equivalence, EstimateCountsPairSumsWhereTheRuleFollowsSources) {
     validate(s);
     return estimated_peak_bytes(s);
   };
-  using ref::LayerKind;
-  const std::vector<ref::LayerSpec> relu_rms_linear{{LayerKind::linear, 32, 0}, {LayerKind::layer_norm, 0, 0},
-                                                     {LayerKind::relu, 0, 0},     {LayerKind::rms_norm, 0, 0},
-                                                     {LayerKind::linear, 11, 0}};
+  const std::vector<ref::LayerSpec> relu_rms_linear{layer_of("linear", 32), layer_of("layernorm"),
+                                                     layer_of("relu"),     layer_of("rmsnorm"),
+                                                     layer_of("linear", 11)};
   EXPECT_EQ(estimate(relu_rms_linear, DataKind::padded_sequences), estimate(relu_rms_linear, DataKind::normal))
       << "zeros in x and dy: the rule still folds a token normalizer's statistics";
   // The same parameters (a weight and a bias per feature) and widths; no
   // token normalizer before, whose statistics would meet every output.
-  const std::vector<ref::LayerSpec> relu_layer_norm_linear{{LayerKind::linear, 32, 0},
-                                                           {LayerKind::relu, 0, 0},
-                                                           {LayerKind::layer_norm, 0, 0},
-                                                           {LayerKind::linear, 11, 0}};
+  const std::vector<ref::LayerSpec> relu_layer_norm_linear{layer_of("linear", 32),
+                                                           layer_of("relu"),
+                                                           layer_of("layernorm"),
+                                                           layer_of("linear", 11)};
   std::vector<ref::LayerSpec> relu_group_norm_linear = relu_layer_norm_linear;
-  relu_group_norm_linear[2] = {LayerKind::group_norm, 0, 4};
+  relu_group_norm_linear[2] = layer_of("groupnorm", 4);
   EXPECT_GT(estimate(relu_group_norm_linear, DataKind::normal), estimate(relu_layer_norm_linear, DataKind::normal))
       << "a GroupNorm's statistics over a few samples: followed one by one, their sums kept";
 }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "harness/equivalence.h"
+#include "harness/ops/registry.h"
 #include "harness/loop_mutants.h"
 #include "harness/memory.h"
 #include "harness/mutants.h"
@@ -41,14 +42,9 @@ TEST(Memory, MeasuredCategoriesAreThePredictionOnEveryDefaultScenario) {
       }
       // The host backend's scratch: the float32 product of the largest
       // weight gradient and its column sums.
-      const std::vector<ref::ParameterInfo> layout = ref::parameter_layout(s.model);
-      const std::vector<long> first = ref::first_parameter(s.model);
       double largest = 0.0;
-      for (std::size_t l = 0; l < s.model.layers.size(); ++l)
-        if (s.model.layers[l].kind == ref::LayerKind::linear) {
-          const ref::ParameterInfo& w = layout[static_cast<std::size_t>(first[l])];
-          largest = std::max(largest, 4.0 * static_cast<double>(w.rows * (w.cols + 1)));
-        }
+      for (const ref::ParameterInfo& w : ref::parameter_layout(s.model))
+        if (w.init == ref::Init::fan_in) largest = std::max(largest, 4.0 * static_cast<double>(w.rows * (w.cols + 1)));
       EXPECT_EQ(measured[MemoryCategory::scratch], largest) << s.name;
       EXPECT_EQ(measured.peak, measured.total()) << s.name;
     }
@@ -66,17 +62,17 @@ TEST(Memory, SgdWithoutMomentumHoldsNoOptimizerState) {
 TEST(Memory, CheckpointingKeepsBlockInputsAndSharesTheInterior) {
   ref::ModelSpec m;
   m.input_features = 4;
-  m.layers = {{ref::LayerKind::linear, 8}, {ref::LayerKind::gelu, 0}, {ref::LayerKind::linear, 16},
-              {ref::LayerKind::relu, 0},   {ref::LayerKind::linear, 2}};
+  m.layers = {layer_of("linear", 8), layer_of("gelu"), layer_of("linear", 16),
+              layer_of("relu"),   layer_of("linear", 2)};
   // widths: 4 8 8 16 16 2
-  const ActivationLayout plain = activation_layout(m, 0);
+  const LoopPlan plain = loop_plan(ref::Model(m), 0);
   EXPECT_EQ(plain.slot_widths, (std::vector<long>{4, 8, 8, 16, 16, 2}));
-  const ActivationLayout two = activation_layout(m, 2);
+  const LoopPlan two = loop_plan(ref::Model(m), 2);
   // Blocks [0,2) [2,4) [4,5): kept inputs 0, 2, 4 and the output 5; the
   // interior activations 1 and 3 share one slot of the wider, 16.
   EXPECT_EQ(two.slot_widths, (std::vector<long>{16, 4, 8, 16, 2}));
   EXPECT_EQ(two.slot_of, (std::vector<std::size_t>{1, 0, 2, 0, 3, 4}));
-  const ActivationLayout all = activation_layout(m, 5);  // one block: only the input and the output kept
+  const LoopPlan all = loop_plan(ref::Model(m), 5);  // one block: only the input and the output kept
   EXPECT_EQ(all.slot_widths, (std::vector<long>{8, 8, 16, 16, 4, 2}));
 }
 

@@ -3,6 +3,7 @@
 #include <random>
 
 #include "reference/layers.h"
+#include "harness/ops/registry.h"
 #include "reference/losses.h"
 #include "reference/model.h"
 #include "reference/procedure.h"
@@ -30,8 +31,8 @@ class ReferenceGradients : public ::testing::Test {
     const auto layout = ref::parameter_layout(spec);
     ref::Tensors<double> params;
     for (const auto& p : layout) params.push_back(random_matrix(rng, p.rows, p.cols, 0.7));
-    const auto tape = ref::forward(spec, params, x);
-    const auto grads = ref::backward(spec, params, tape, loss_gradient(tape.output));
+    const auto tape = ref::forward(ref::Model(spec), params, x);
+    const auto grads = ref::backward(ref::Model(spec), params, tape, loss_gradient(tape.output()));
     for (std::size_t p = 0; p < layout.size(); ++p) {
       expect_gradient_matches(
           [&](const auto& v) {
@@ -39,7 +40,7 @@ class ReferenceGradients : public ::testing::Test {
             ref::Tensors<T> ps;
             for (const auto& q : params) ps.push_back(lift<T>(q));
             ps[p] = v;
-            return loss(ref::forward(spec, ps, lift<T>(x)).output);
+            return loss(ref::forward(ref::Model(spec), ps, lift<T>(x)).output());
           },
           params[p], grads[p], layout[p].name);
     }
@@ -140,7 +141,7 @@ TEST_F(ReferenceGradients, CrossEntropyWithIgnoredRows) {
 TEST_F(ReferenceGradients, ModelStack) {
   ref::ModelSpec spec;
   spec.input_features = 4;
-  spec.layers = {{ref::LayerKind::linear, 6}, {ref::LayerKind::gelu, 0}, {ref::LayerKind::layer_norm, 0}, {ref::LayerKind::linear, 3}};
+  spec.layers = {layer_of("linear", 6), layer_of("gelu"), layer_of("layernorm"), layer_of("linear", 3)};
   spec.loss = ref::LossKind::cross_entropy;
   const std::vector<int> classes = {0, 2, 1, ref::kIgnoreClass, 2};
   check_stack(
@@ -157,9 +158,9 @@ TEST_F(ReferenceGradients, ModelStackWithEveryNormalizer) {
   ref::ModelSpec spec;
   spec.input_features = 4;
   spec.positions = 3;
-  spec.layers = {{ref::LayerKind::linear, 6}, {ref::LayerKind::batch_norm, 0}, {ref::LayerKind::gelu, 0},
-                 {ref::LayerKind::group_norm, 0, 2}, {ref::LayerKind::linear, 6}, {ref::LayerKind::rms_norm, 0},
-                 {ref::LayerKind::linear, 2}};
+  spec.layers = {layer_of("linear", 6), layer_of("batchnorm"), layer_of("gelu"),
+                 layer_of("groupnorm", 2), layer_of("linear", 6), layer_of("rmsnorm"),
+                 layer_of("linear", 2)};
   spec.loss = ref::LossKind::mse;
   const auto target = random_matrix(rng, 9, 2);
   check_stack(
@@ -179,19 +180,19 @@ TEST_F(ReferenceGradients, AGivenAwayTapeIsFreedAndGivesTheSameGradients) {
   ref::ModelSpec spec;
   spec.input_features = 5;
   spec.positions = 3;
-  spec.layers = {{ref::LayerKind::layer_norm, 0},     {ref::LayerKind::linear, 8}, {ref::LayerKind::gelu, 0},
-                 {ref::LayerKind::group_norm, 0, 2},  {ref::LayerKind::relu, 0},   {ref::LayerKind::linear, 6},
-                 {ref::LayerKind::batch_norm, 0},     {ref::LayerKind::rms_norm, 0}, {ref::LayerKind::linear, 3}};
+  spec.layers = {layer_of("layernorm"),     layer_of("linear", 8), layer_of("gelu"),
+                 layer_of("groupnorm", 2),  layer_of("relu"),   layer_of("linear", 6),
+                 layer_of("batchnorm"),     layer_of("rmsnorm"), layer_of("linear", 3)};
   ref::Tensors<Bounded> params;
   for (const auto& p : ref::parameter_layout(spec)) params.push_back(lift<Bounded>(random_matrix(rng, p.rows, p.cols, 0.7)));
   const auto x = lift<Bounded>(random_matrix(rng, 12, 5));
   const auto target = lift<Bounded>(random_matrix(rng, 12, 3));
-  const ref::Tape<Bounded> kept = ref::forward(spec, params, x);
-  const Matrix<Bounded> dy = ref::mse_loss(kept.output, target, Bounded(0.25)).dy;
-  const ref::Tensors<Bounded> expected = ref::backward(spec, params, kept, dy);
+  const ref::Tape<Bounded> kept = ref::forward(ref::Model(spec), params, x);
+  const Matrix<Bounded> dy = ref::mse_loss(kept.output(), target, Bounded(0.25)).dy;
+  const ref::Tensors<Bounded> expected = ref::backward(ref::Model(spec), params, kept, dy);
 
   ref::Tape<Bounded> given = kept;
-  const ref::Tensors<Bounded> got = ref::backward(spec, params, std::move(given), dy);
+  const ref::Tensors<Bounded> got = ref::backward(ref::Model(spec), params, std::move(given), dy);
   ASSERT_EQ(got.size(), expected.size());
   for (std::size_t p = 0; p < got.size(); ++p) {
     ASSERT_EQ(got[p].size(), expected[p].size()) << p;
@@ -203,11 +204,11 @@ TEST_F(ReferenceGradients, AGivenAwayTapeIsFreedAndGivesTheSameGradients) {
     }
   }
   for (std::size_t l = 0; l < spec.layers.size(); ++l) {
-    EXPECT_EQ(given.layer_inputs[l].size(), 0) << "layer " << l << "'s input is freed";
+    EXPECT_EQ(given.values[l].size(), 0) << "layer " << l << "'s input is freed";
     EXPECT_FALSE(given.statistics[l].has_value()) << "layer " << l << "'s statistics are freed";
   }
   // The kept tape is untouched.
-  for (std::size_t l = 0; l < spec.layers.size(); ++l) EXPECT_GT(kept.layer_inputs[l].size(), 0) << l;
+  for (std::size_t l = 0; l < spec.layers.size(); ++l) EXPECT_GT(kept.values[l].size(), 0) << l;
 }
 
 // A micro-batch computed in slices of samples (ProcedureConfig::
@@ -224,10 +225,10 @@ TEST_F(ReferenceGradients, AMicroBatchInSlicesGivesTheWholePass) {
     ref::LossKind loss;
   };
   const std::vector<Case> cases = {
-      {{{ref::LayerKind::layer_norm, 0}, {ref::LayerKind::linear, 8}, {ref::LayerKind::gelu, 0}, {ref::LayerKind::linear, 4}},
+      {{layer_of("layernorm"), layer_of("linear", 8), layer_of("gelu"), layer_of("linear", 4)},
        ref::LossKind::cross_entropy},
-      {{{ref::LayerKind::linear, 6}, {ref::LayerKind::group_norm, 0, 2}, {ref::LayerKind::relu, 0},
-        {ref::LayerKind::rms_norm, 0}, {ref::LayerKind::linear, 3}},
+      {{layer_of("linear", 6), layer_of("groupnorm", 2), layer_of("relu"),
+        layer_of("rmsnorm"), layer_of("linear", 3)},
        ref::LossKind::mse},
   };
   long compared = 0;
@@ -287,7 +288,7 @@ TEST_F(ReferenceGradients, AMicroBatchInSlicesGivesTheWholePass) {
   EXPECT_GT(compared, 200);
   ref::ModelSpec bn;
   bn.input_features = 4;
-  bn.layers = {{ref::LayerKind::linear, 4}, {ref::LayerKind::batch_norm, 0}, {ref::LayerKind::linear, 2}};
+  bn.layers = {layer_of("linear", 4), layer_of("batchnorm"), layer_of("linear", 2)};
   ref::Batch batch;
   batch.inputs = random_matrix(rng, 6, 4);
   batch.targets = random_matrix(rng, 6, 2);

@@ -53,13 +53,15 @@ def one_window(rec, x=None, y=None, micro=None, clip=None):
     rec.after_step()
 
 
-class Residual(nn.Module):
+class TwoBranches(nn.Module):
+    """a(x) + c(x): neither operand is the value both branches start from."""
+
     def __init__(self):
         super().__init__()
-        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 3)
+        self.a, self.b, self.c = nn.Linear(4, 4), nn.Linear(4, 3), nn.Linear(4, 4)
 
     def forward(self, x):
-        return self.b(x + self.a(x))
+        return self.b(self.a(x) + self.c(x))
 
 
 class Branchy(nn.Module):
@@ -251,7 +253,7 @@ CASES = [
     ("BatchNorm with momentum None", lambda: recorder(mlp(nn.BatchNorm1d(8, momentum=None))), "momentum=None"),
     ("two eps", lambda: recorder(nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8, eps=1e-5), nn.Linear(8, 8),
                                                nn.LayerNorm(8, eps=1e-6), nn.Linear(8, 3))), "different eps"),
-    ("a residual connection", lambda: recorder(Residual()), "residual or skip connection"),
+    ("two branches summed", lambda: recorder(TwoBranches()), "node 'x' (placeholder x) is read by 'a' and 'c'"),
     ("data-dependent control flow", lambda: recorder(Branchy()), "cannot be traced by torch.fx"),
     ("a tied layer", lambda: recorder(Tied()), "used twice"),
     ("an unused parameter", lambda: recorder(Unused()), "'spare.weight' belongs to no layer"),

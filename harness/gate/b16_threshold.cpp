@@ -2,6 +2,7 @@
 // is caught: a float32 buffer declared over a compute dtype, N micro-batches.
 #include <algorithm>
 
+#include "harness/ops/registry.h"
 #include "harness/gate/selftest_parts.h"
 #include "harness/mutants.h"
 
@@ -16,7 +17,7 @@ B16Threshold b16_threshold(DType compute, Backend& base, const ErrorModel& model
     ScenarioSpec s;
     s.name = "B16 threshold";
     s.model.input_features = 16;
-    s.model.layers = {{ref::LayerKind::linear, 32}, {ref::LayerKind::gelu, 0}, {ref::LayerKind::linear, 8}};
+    s.model.layers = {layer_of("linear", 32), layer_of("gelu"), layer_of("linear", 8)};
     s.split = {std::vector<long>(static_cast<std::size_t>(n), 2)};
     s.precision.compute = compute;
     s.seed = 5;

@@ -1,0 +1,141 @@
+// op.h — what the reference asks of an op kind. An op kind (linear,
+// layernorm, residual, ...) is one record: its config syntax, its
+// parameters and buffers, its output width, and its float64 and bounded
+// forward and backward. The records themselves live with the training
+// loop's calls for the same op (harness/ops/, one file each); the
+// reference sees them only through this interface, so that the model's
+// graph (model.h) and the accumulation procedure (procedure.h) hold no
+// list of kinds.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "reference/layers.h"
+#include "reference/tensor.h"
+
+namespace gradeq::ref {
+
+class Op;
+struct Model;
+
+// How a parameter's initial values are drawn (harness/scenario.cpp):
+// `fan_in` N(0, 1/in) (a weight matrix), `small` N(0, 0.1^2) (a bias),
+// `gain` 1 + N(0, 0.1^2) and `shift` N(0, 0.1^2) (a normalizer's affine pair).
+enum class Init { fan_in, small, gain, shift };
+
+// A parameter or buffer of one node; `name` without the node's prefix
+// ("weight"). Buffers start at `start` (BatchNorm's running statistics).
+struct TensorInfo {
+  std::string name;
+  long rows = 0, cols = 0;
+  Init init = Init::small;
+  double start = 0.0;
+};
+
+// One node of a resolved model: an op applied to values of the model
+// (value 0 is the model's input; node n writes value n + 1).
+struct Node {
+  const Op* op = nullptr;
+  long argument = 0;                 // the op's config argument ("linear:8": 8); 0 where it takes none
+  std::vector<std::size_t> inputs;   // values read: one, or two for a combinator (x, then the branch's output)
+  std::string prefix;                // the parameters' prefix: "layer3", "layer1.0"
+  std::vector<long> in_widths;       // of the inputs
+  long out_width = 0;
+  long first_parameter = 0, parameters = 0;  // the node's range in the model's parameter list
+  long first_buffer = 0, buffers = 0;
+  std::size_t output_value = 0;  // the value it writes
+  std::size_t output() const { return output_value; }
+};
+
+// A forward call of one node: its inputs, its parameters (the node's own,
+// in its parameters() order), the buffers to update (nullptr: not this
+// pass), the tape's slot for the statistics the node uses, and the
+// window's statistics where the procedure supplies them.
+template <class T>
+struct OpForward {
+  const Model& model;
+  const Node& node;
+  std::vector<const Matrix<T>*> x;
+  const Matrix<T>* params;
+  Matrix<T>* running;
+  std::optional<NormStatistics<T>>& statistics;
+  const std::optional<NormStatistics<T>>* supplied;
+};
+
+// A backward call: the inputs, the parameters, the gradient at the node's
+// output and what forward kept; the node's parameter gradients are added
+// into `sums` (one per parameter), and dx[i] is written for every input
+// with `needed[i]` (the gradient with respect to the model's input is
+// not: a kernel does not compute it).
+template <class T>
+struct OpBackward {
+  const Model& model;
+  const Node& node;
+  std::vector<const Matrix<T>*> x;
+  const Matrix<T>* params;
+  const Matrix<T>& dy;
+  const NormStatistics<T>* statistics;
+  const NormCoupling<T>* supplied;
+  RowSum<T>* sums;
+  std::vector<bool> needed;
+  std::vector<Matrix<T>>& dx;
+};
+
+class Op {
+ public:
+  virtual ~Op() = default;
+  // The config name: "linear", "layernorm", "residual".
+  virtual std::string_view name() const = 0;
+  // As describe() shows the node: "linear(16)", "groupnorm(4 groups)".
+  virtual std::string describe(long argument) const {
+    return argument > 0 ? std::string(name()) + "(" + std::to_string(argument) + ")" : std::string(name());
+  }
+  // What the argument after ':' is ("output features", "groups"); empty
+  // where the op takes none.
+  virtual std::string_view argument() const { return {}; }
+  // A combinator is written as a table { residual = [ ...branch... ] }: its
+  // node reads the block's input and the branch's output.
+  virtual bool combines() const { return false; }
+  // Throws std::invalid_argument (without a location: the caller adds it)
+  // where the argument does not fit the input widths.
+  virtual void check(long /*argument*/, std::span<const long> /*in_widths*/) const {}
+  virtual long output_width(long /*argument*/, std::span<const long> in_widths) const { return in_widths[0]; }
+  virtual std::vector<TensorInfo> parameters(long /*argument*/, std::span<const long> /*in_widths*/) const {
+    return {};
+  }
+  virtual std::vector<TensorInfo> buffers(long /*argument*/, std::span<const long> /*in_widths*/) const { return {}; }
+  // A normalizer (it has statistics groups: norm_shape).
+  virtual bool normalizes() const { return false; }
+  // A normalizer's statistics groups; nullopt for every other op.
+  virtual std::optional<NormShape> norm_shape(const Model& /*model*/, const Node& /*node*/) const {
+    return std::nullopt;
+  }
+  // Statistics over the whole batch (BatchNorm): a micro-batch cannot be
+  // computed in slices, and the exact procedure supplies the window's.
+  virtual bool couples_samples() const { return false; }
+
+  virtual Matrix<double> forward(const OpForward<double>& call) const = 0;
+  virtual Matrix<Bounded> forward(const OpForward<Bounded>& call) const = 0;
+  virtual void backward(const OpBackward<double>& call) const = 0;
+  virtual void backward(const OpBackward<Bounded>& call) const = 0;
+};
+
+// The reference half of an op record from an Impl with two static
+// templates, forward(const OpForward<T>&) -> Matrix<T> and
+// backward(const OpBackward<T>&), instantiated for double and Bounded.
+// Base is the record's interface (ref::Op, or the harness's OpRecord,
+// which adds the training loop's calls).
+template <class Impl, class Base = Op>
+class OpWith : public Base {
+ public:
+  Matrix<double> forward(const OpForward<double>& c) const override { return Impl::forward(c); }
+  Matrix<Bounded> forward(const OpForward<Bounded>& c) const override { return Impl::forward(c); }
+  void backward(const OpBackward<double>& c) const override { Impl::backward(c); }
+  void backward(const OpBackward<Bounded>& c) const override { Impl::backward(c); }
+};
+
+}  // namespace gradeq::ref
