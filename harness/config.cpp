@@ -58,7 +58,7 @@ long layer_count(const std::string& s, std::size_t prefix, const std::string& wh
 
 ref::LayerSpec layer(const std::string& s, const std::string& where) {
   const std::string name = s.substr(0, s.find(':'));
-  const OpRecord* op = find_op(name);
+  const OpRecord* op = op_named(name);
   if (!op || op->combines() || (op->argument().empty() && name.size() < s.size()))
     fail(where, "layer = \"" + s + "\" is not one of: " + op_syntax());
   if (op->argument().empty()) return {op, 0, {}};
@@ -86,7 +86,7 @@ std::vector<ref::LayerSpec> layer_list(const toml::node& n, const std::string& w
         name = std::string(key.str());
         body = &value;
       }
-      const OpRecord* op = find_op(name);
+      const OpRecord* op = op_named(name);
       if (!op || !op->combines()) fail(where, at + ": '" + name + "' is not a combinator (one of: " + op_syntax() + ")");
       out.push_back({op, 0, layer_list(*body, where, at + "." + name)});
       continue;

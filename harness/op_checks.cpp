@@ -286,6 +286,34 @@ class ActivationOp : public TableOp {
   Tensor x_, dy_, y_;
 };
 
+// ------------------------------------------------------------ concatenation
+
+// A block of columns of src into a block of dst, whose other columns keep
+// their values: what a concatenation on the feature axis and its backward
+// do. src [rows, in], dst [rows, out]; the block is the last half of the
+// narrower.
+class CopyColumnsOp : public TableOp {
+ public:
+  CopyColumnsOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed) : TableOp(b, t, seed) {
+    count_ = std::max(1L, std::min(s.in, s.out) / 2);
+    src_first_ = s.in - count_;
+    dst_first_ = s.out - count_;
+    src_ = input(random(s.rows, s.in), t);
+    dst_ = output(s.rows, s.out, t, true);
+    bytes = bytes_of(t) * static_cast<double>(s.rows * count_) * 2.0;
+  }
+  void run() override { backend_.copy_columns(src_, src_first_, dst_, dst_first_, count_); }
+  std::vector<Expectation> expected() override {
+    Matrix<Bounded> e = initial(dst_);
+    e.middleCols(dst_first_, count_) = held(src_).middleCols(src_first_, count_);
+    return {{"dst", stored(e, ref::Storage::compute), &dst_}};
+  }
+
+ private:
+  long count_ = 0, src_first_ = 0, dst_first_ = 0;
+  Tensor src_, dst_;
+};
+
 // ------------------------------------------------------------- normalizers
 
 // Forward then backward of one normalizer, with its affine parameters and,
@@ -575,6 +603,7 @@ const std::vector<OpSpec>& op_table() {
   const std::vector<OpSize> norm = {{12, 6}, {4, 5}, {30, 12}};
   const std::vector<OpSize> loss = {{6, 4}, {1, 2}, {17, 11}};
   const std::vector<OpSize> list = {{3, 5, 3}, {1, 1, 1}, {7, 4097, 3}};
+  const std::vector<OpSize> columns = {{5, 7, 9}, {1, 1, 1}, {33, 4, 17}};
   const std::vector<OpSize> step = {{3, 4}, {1, 1}, {7, 13}};
   static const std::vector<OpSpec> table = {
       {"linear_forward", "y = x w^T + b", gemm, make<LinearForward>()},
@@ -586,6 +615,7 @@ const std::vector<OpSpec>& op_table() {
       {"gelu_backward", "GELU's derivative times dy", wide, make<ActivationOp>(Activation::gelu_tanh, true)},
       {"gelu_erf_forward", "GELU, erf form (nn.GELU())", wide, make<ActivationOp>(Activation::gelu_erf, false)},
       {"gelu_erf_backward", "GELU's (erf form) derivative times dy", wide, make<ActivationOp>(Activation::gelu_erf, true)},
+      {"copy_columns", "a block of columns into another tensor's (concatenation)", columns, make<CopyColumnsOp>()},
       {"layer_norm", "LayerNorm forward and backward", norm, make<NormOp>(NormKind::layer)},
       {"rms_norm", "RMSNorm forward and backward", norm, make<NormOp>(NormKind::rms)},
       {"group_norm", "GroupNorm forward and backward", norm, make<NormOp>(NormKind::group)},

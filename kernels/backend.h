@@ -83,6 +83,10 @@ class Backend {
   virtual void fill(const Tensor& t, float value) = 0;
   // dst = src rounded to dst.dtype (same shape).
   virtual void convert(const Tensor& src, const Tensor& dst) = 0;
+  // Columns [dst_first, dst_first + count) of dst = columns [src_first,
+  // src_first + count) of src, every row, rounded to dst.dtype (overwrite):
+  // a concatenation on the feature axis, and its backward.
+  virtual void copy_columns(const Tensor& src, long src_first, const Tensor& dst, long dst_first, long count) = 0;
   // Bytes this backend holds now: the tensors it allocated plus any
   // workspace of its own (GEMM results, staging, reduction partials). Peak:
   // the most it held since construction or the last reset_peak_bytes(),

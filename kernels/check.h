@@ -37,6 +37,15 @@ inline void require_shape(const Tensor& t, long rows, long cols, const char* wha
                      "], got [" + std::to_string(t.rows) + ", " + std::to_string(t.cols) + "]");
 }
 
+// copy_columns: the same rows, and both column ranges inside their tensors.
+inline void require_column_ranges(const Tensor& src, long src_first, const Tensor& dst, long dst_first, long count) {
+  GRADEQ_REQUIRE(src.rows == dst.rows, "copy_columns: " + std::to_string(src.rows) + " rows into " +
+                                           std::to_string(dst.rows));
+  GRADEQ_REQUIRE(count >= 0 && src_first >= 0 && dst_first >= 0 && src_first + count <= src.cols &&
+                     dst_first + count <= dst.cols,
+                 "copy_columns: columns out of range");
+}
+
 // The preconditions of the list ops, checked alike by every backend: the
 // lists pair up, shapes agree, a compensation buffer has its buffer's dtype.
 inline void require_accumulate_lists(std::span<const Tensor> dst, std::span<const Tensor> src,

@@ -19,6 +19,9 @@ class ForwardingBackend : public Backend {
   void download(const Tensor& src, std::span<float> host) override { inner_.download(src, host); }
   void fill(const Tensor& t, float value) override { inner_.fill(t, value); }
   void convert(const Tensor& src, const Tensor& dst) override { inner_.convert(src, dst); }
+  void copy_columns(const Tensor& src, long src_first, const Tensor& dst, long dst_first, long count) override {
+    inner_.copy_columns(src, src_first, dst, dst_first, count);
+  }
   std::size_t live_bytes() const override { return inner_.live_bytes(); }
   std::size_t peak_bytes() const override { return inner_.peak_bytes(); }
   void reset_peak_bytes() override { inner_.reset_peak_bytes(); }

@@ -32,7 +32,7 @@ rc::Gen<long> group_count(long channels) {
 }
 
 LayerSpec drawn_layer(const std::string& name, long width) {
-  const OpRecord* op = find_op(name);
+  const OpRecord* op = op_named(name);
   return {op, op->argument().empty() ? 0 : *group_count(width), {}};
 }
 
@@ -303,7 +303,7 @@ rc::Gen<ScenarioSpec> normalized_scenario() {
     s.model.layers.push_back(layer_of("linear", outputs));
     s.data = sequences ? DataKind::padded_sequences : *rc::gen::element(DataKind::normal, DataKind::wide_range);
     s.split = *any_split();
-    if (find_op(norm)->couples_samples())  // two values per channel at least, as batchnorm_scenario()
+    if (op_named(norm)->couples_samples())  // two values per channel at least, as batchnorm_scenario()
       for (auto& window : s.split)
         for (long& n : window)
           while (n * s.model.positions < 4) ++n;

@@ -18,7 +18,7 @@ const std::vector<const OpRecord*>& all_ops() {
   return ops;
 }
 
-const OpRecord* find_op(std::string_view name) {
+const OpRecord* op_named(std::string_view name) {
   for (const OpRecord* op : all_ops())
     if (op->name() == name) return op;
   return nullptr;
@@ -48,7 +48,7 @@ std::string op_syntax() {
 ref::LayerSpec parse_layer(std::string_view text) {
   const std::size_t colon = text.find(':');
   const std::string_view name = text.substr(0, colon);
-  const OpRecord* op = find_op(name);
+  const OpRecord* op = op_named(name);
   const std::string quoted = "'" + std::string(text) + "'";
   if (!op || op->combines())
     throw std::invalid_argument(quoted + " is not an op: expected one of " + op_syntax());
@@ -68,13 +68,13 @@ ref::LayerSpec parse_layer(std::string_view text) {
 }
 
 ref::LayerSpec layer_of(std::string_view name, long argument) {
-  const OpRecord* op = find_op(name);
+  const OpRecord* op = op_named(name);
   if (!op || op->combines()) throw std::logic_error("layer_of: no op named " + std::string(name));
   return {op, argument, {}};
 }
 
 ref::LayerSpec combinator_of(std::string_view name, std::vector<ref::LayerSpec> body) {
-  const OpRecord* op = find_op(name);
+  const OpRecord* op = op_named(name);
   if (!op || !op->combines()) throw std::logic_error("combinator_of: no combinator named " + std::string(name));
   return {op, 0, std::move(body)};
 }

@@ -14,7 +14,7 @@ namespace gradeq {
 // Every record, in the order of their names.
 const std::vector<const OpRecord*>& all_ops();
 // The record named `name`, or nullptr.
-const OpRecord* find_op(std::string_view name);
+const OpRecord* op_named(std::string_view name);
 // The loop's half of a node's op (every op of a model comes from here).
 const OpRecord& record_of(const ref::Op& op);
 

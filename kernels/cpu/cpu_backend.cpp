@@ -139,6 +139,17 @@ void CpuBackend::convert(const Tensor& src, const Tensor& dst) {
   });
 }
 
+void CpuBackend::copy_columns(const Tensor& src, long src_first, const Tensor& dst, long dst_first, long count) {
+  require_column_ranges(src, src_first, dst, dst_first, count);
+  const float* s = values(src);
+  float* d = values(dst);
+  dispatch(dst.dtype, [&](auto dt) {
+    constexpr DType D = decltype(dt)::value;
+    for (long r = 0; r < src.rows; ++r)
+      for (long c = 0; c < count; ++c) d[r * dst.cols + dst_first + c] = store<D>(s[r * src.cols + src_first + c]);
+  });
+}
+
 // y = x w^T + b: the product in float32 (Eigen), written into y's float32
 // storage, then y = round(acc + b) in one pass.
 void CpuBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) {

@@ -24,6 +24,7 @@ class CpuBackend : public Backend {
   void download(const Tensor& src, std::span<float> host) override;
   void fill(const Tensor& t, float value) override;
   void convert(const Tensor& src, const Tensor& dst) override;
+  void copy_columns(const Tensor& src, long src_first, const Tensor& dst, long dst_first, long count) override;
   std::size_t live_bytes() const override;  // tensors (at their dtype's size) and the GEMM scratch
   std::size_t peak_bytes() const override { return peak_bytes_; }
   void reset_peak_bytes() override;

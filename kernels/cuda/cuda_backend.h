@@ -41,6 +41,7 @@ class CudaBackend : public Backend {
   void download(const Tensor& src, std::span<float> host) override;
   void fill(const Tensor& t, float value) override;
   void convert(const Tensor& src, const Tensor& dst) override;
+  void copy_columns(const Tensor& src, long src_first, const Tensor& dst, long dst_first, long count) override;
   std::size_t live_bytes() const override;  // tensors and the workspace (scratch, reduction partials)
   std::size_t peak_bytes() const override;
   void reset_peak_bytes() override;
