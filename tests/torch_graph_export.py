@@ -405,6 +405,20 @@ def check_recorded():
             summary = [line.strip() for line in p.stdout.splitlines() if "scenario" in line]
             check(p.returncode == 0, "%s: gradeq verify exits %d %s" % (what, p.returncode, summary[:1] or
                                                                         (p.stdout + p.stderr)[-400:]))
+    # The pre-LN model trained by a loop with the mean of per-micro-batch
+    # means (B1): each micro-batch's loss its own token mean over N. The
+    # padded first sample makes the micro-batches' token counts differ.
+    def mean_of_means(out, y, window):
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), ignore_index=gradeq_export.IGNORE_CLASS,
+                               reduction="mean") / 2
+    torch.manual_seed(1)
+    directory = tempfile.mkdtemp(prefix="gradeq_graph_b1_")
+    record(directory, PreLN(D, CLASSES), torch.randn(6, 4, D, generator=g), classes, [4, 2], mean_of_means, adamw)
+    if GRADEQ:
+        p = subprocess.run([GRADEQ, "verify", directory], capture_output=True, text=True)
+        check(p.returncode == 1 and "mean of per-micro-batch means" in p.stdout,
+              "pre-LN residual MLP with the mean of per-micro-batch means (B1): gradeq verify exits %d and names it"
+              % p.returncode)
     if not GRADEQ:
         print("--   gradeq verify not run (no GRADEQ argument)")
 
