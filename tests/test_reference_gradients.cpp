@@ -153,6 +153,31 @@ TEST_F(ReferenceGradients, ModelStack) {
       [&](const Matrix<double>& out) { return ref::cross_entropy_loss(out, classes, 1.0).dy; });
 }
 
+// Graphs: residual blocks (pre-LN and post-activation, one nested) and a
+// skip concatenation, every parameter against finite differences. The
+// gradient of a block's input is the sum of the stream's and the branch's.
+TEST_F(ReferenceGradients, ModelGraphWithResidualAndConcat) {
+  ref::ModelSpec spec;
+  spec.input_features = 4;
+  spec.positions = 2;
+  spec.layers = {layer_of("linear", 6),
+                 combinator_of("residual", {layer_of("layernorm"), layer_of("linear", 5), layer_of("gelu"),
+                                            combinator_of("residual", {layer_of("rmsnorm"), layer_of("linear", 5)}),
+                                            layer_of("linear", 6)}),
+                 layer_of("relu"),
+                 combinator_of("concat", {layer_of("linear", 3), layer_of("groupnorm", 3)}),
+                 layer_of("linear", 3)};
+  spec.loss = ref::LossKind::cross_entropy;
+  const std::vector<int> classes = {0, 2, 1, ref::kIgnoreClass, 2, 1};
+  check_stack(
+      spec, random_matrix(rng, 6, 4),
+      [&](const auto& out) {
+        using T = typename std::decay_t<decltype(out)>::Scalar;
+        return ref::cross_entropy_loss(out, classes, T(1.0)).loss_sum;
+      },
+      [&](const Matrix<double>& out) { return ref::cross_entropy_loss(out, classes, 1.0).dy; });
+}
+
 // A stack with every normalizer, over samples of 3 positions.
 TEST_F(ReferenceGradients, ModelStackWithEveryNormalizer) {
   ref::ModelSpec spec;

@@ -1,0 +1,147 @@
+// Models as graphs: the op registry, the resolved Model, the config syntax
+// of combinators, and the training loop's gradient buffers.
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "harness/config.h"
+#include "harness/ops/registry.h"
+#include "harness/training_loop.h"
+#include "reference/model.h"
+
+namespace gradeq {
+namespace {
+
+TEST(Registry, EveryOpIsOneRecordWithItsSyntax) {
+  std::set<std::string> names;
+  for (const OpRecord* op : all_ops()) {
+    EXPECT_TRUE(names.insert(std::string(op->name())).second) << op->name();
+    EXPECT_EQ(op_named(op->name()), op);
+    if (op->combines()) continue;
+    const ref::LayerSpec layer = parse_layer(op->argument().empty() ? std::string(op->name())
+                                                                    : std::string(op->name()) + ":3");
+    EXPECT_EQ(layer.op, op);
+    EXPECT_EQ(parse_layer(layer_text(layer)).argument, layer.argument) << layer_text(layer);
+  }
+  for (const char* expected : {"linear", "relu", "gelu", "gelu_erf", "layernorm", "rmsnorm", "groupnorm", "batchnorm",
+                               "residual", "concat"})
+    EXPECT_TRUE(names.count(expected)) << expected;
+  EXPECT_THROW(parse_layer("linear"), std::invalid_argument);
+  EXPECT_THROW(parse_layer("relu:3"), std::invalid_argument);
+  EXPECT_THROW(parse_layer("residual"), std::invalid_argument);
+  EXPECT_THROW(parse_layer("conv2d:3"), std::invalid_argument);
+}
+
+ref::ModelSpec pre_ln_block() {
+  ref::ModelSpec m;
+  m.input_features = 8;
+  m.layers = {layer_of("linear", 8),
+              combinator_of("residual", {layer_of("layernorm"), layer_of("linear", 16), layer_of("gelu"),
+                                         layer_of("linear", 8)}),
+              layer_of("linear", 2)};
+  return m;
+}
+
+TEST(Graph, ResolvesNodesValuesAndNestedNames) {
+  const ref::Model m(pre_ln_block());
+  // Nodes: linear, layernorm, linear, gelu, linear, residual, linear.
+  ASSERT_EQ(m.nodes.size(), 7u);
+  EXPECT_EQ(m.widths, (std::vector<long>{8, 8, 8, 16, 16, 8, 8, 2}));
+  EXPECT_EQ(m.nodes[5].inputs, (std::vector<std::size_t>{1, 5}));  // the block's input and the branch's output
+  EXPECT_EQ(m.consumers[1], 2);                                      // read by the branch and the residual
+  EXPECT_EQ(m.block_starts, (std::vector<std::size_t>{0, 1, 6, 7}));
+  std::vector<std::string> names;
+  for (const ref::ParameterInfo& p : m.parameters) names.push_back(p.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"layer0.weight", "layer0.bias", "layer1.0.weight", "layer1.0.bias",
+                                             "layer1.1.weight", "layer1.1.bias", "layer1.3.weight", "layer1.3.bias",
+                                             "layer2.weight", "layer2.bias"}));
+  EXPECT_EQ(ref::describe(m.spec), "in(8)-linear(8)-residual[layernorm-linear(16)-gelu-linear(8)]-linear(2) -> mse");
+}
+
+TEST(Graph, RefusesWhatDoesNotFitNamingTheLayer) {
+  ref::ModelSpec m = pre_ln_block();
+  m.layers[1].body.back().argument = 7;  // the branch ends at 7 features, the stream has 8
+  try {
+    (void)ref::Model(m);
+    ADD_FAILURE() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "model: layer 1 (residual): its branch maps 8 features to 7; x + f(x) needs the same width");
+  }
+  m = pre_ln_block();
+  m.layers[1].body[1].argument = 0;
+  try {
+    (void)ref::Model(m);
+    ADD_FAILURE() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "model: layer 1.1 (linear) needs >= 1 output features");
+  }
+  m.layers[1].body.clear();
+  EXPECT_THROW((void)ref::Model(m), std::invalid_argument);
+}
+
+// A chain needs two gradient buffers; a residual block a third, for the
+// gradient of its input, where the branch's is added from a fourth.
+TEST(LoopPlan, GradientBuffersFollowLiveness) {
+  ref::ModelSpec chain;
+  chain.input_features = 4;
+  chain.layers = {layer_of("linear", 8), layer_of("relu"), layer_of("linear", 2)};
+  EXPECT_EQ(loop_plan(ref::Model(chain), 0).gradient_buffers, 2u);
+
+  const ref::Model m(pre_ln_block());
+  const LoopPlan plan = loop_plan(m, 0);
+  EXPECT_EQ(plan.gradient_buffers, 3u);
+  const LoopPlan::Step& residual = plan.steps[5];
+  const LoopPlan::Step& branch_head = plan.steps[1];  // the layernorm reading the block's input
+  EXPECT_EQ(residual.sum[0], residual.dx[0]);          // the stream's gradient: the value's first
+  EXPECT_EQ(branch_head.sum[0], residual.dx[0]);       // the branch's: added into the same buffer
+  EXPECT_NE(branch_head.dx[0], branch_head.sum[0]);
+}
+
+// Checkpointing groups top-level blocks: a residual block and its branch
+// are one block, recomputed from its kept input.
+TEST(LoopPlan, CheckpointGroupsAreTopLevelBlocks) {
+  const LoopPlan plan = loop_plan(ref::Model(pre_ln_block()), 1);
+  EXPECT_EQ(plan.group_starts, (std::vector<std::size_t>{0, 1, 6, 7}));
+  // Kept: the input (0), the blocks' outputs (1, 6) and the model's (7);
+  // the branch's values 2-5 share the interior slots.
+  std::set<std::size_t> kept{plan.slot_of[0], plan.slot_of[1], plan.slot_of[6], plan.slot_of[7]};
+  EXPECT_EQ(kept.size(), 4u);
+  for (std::size_t v = 2; v <= 5; ++v) EXPECT_EQ(plan.slot_of[v], v - 2) << v;
+}
+
+std::string rejection(const std::string& layers) {
+  try {
+    (void)parse_scenarios("[[scenario]]\nname = \"g\"\ninput_features = 4\nsplit = [[2, 2]]\nlayers = " + layers + "\n",
+                          "graph.toml");
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+TEST(ConfigGraph, CombinatorsAreOneKeyTablesCheckedWithTheirPath) {
+  EXPECT_EQ(rejection(R"(["linear:4", { residual = ["relu", "linear:4"] }, "linear:2"])"), "accepted");
+  EXPECT_NE(rejection(R"([{ residual = [] }])").find("layers[0].residual must be a non-empty list"), std::string::npos);
+  EXPECT_NE(rejection(R"([{ skip = ["relu"] }])").find("layers[0]: 'skip' is not a combinator"), std::string::npos);
+  EXPECT_NE(rejection(R"([{ residual = ["relu"], concat = ["relu"] }])").find("a table of one key"),
+            std::string::npos);
+  EXPECT_NE(rejection(R"([{ residual = ["linear:4", { concat = [7] }] }])").find("layers[0].residual[1].concat[0]"),
+            std::string::npos);
+  EXPECT_NE(rejection(R"([{ residual = ["linear:4", "conv2d:3"] }])").find("layers[0].residual[1]"),
+            std::string::npos);
+}
+
+TEST(ConfigGraph, ScenarioJsonWritesTheGraphBack) {
+  const std::vector<ScenarioSpec> s = parse_scenarios(
+      "[[scenario]]\nname = \"g\"\ninput_features = 4\nsplit = [[2, 2]]\n"
+      "layers = [\"linear:4\", { concat = [\"linear:3\", { residual = [\"layernorm\", \"linear:3\"] }] }, \"linear:2\"]\n",
+      "graph.toml");
+  const nlohmann::json j = scenario_to_json(s.front());
+  EXPECT_EQ(j.at("layers").dump(),
+            R"(["linear:4",{"concat":["linear:3",{"residual":["layernorm","linear:3"]}]},"linear:2"])");
+  const ScenarioSpec back = scenario_from_json(j, "back");
+  EXPECT_EQ(ref::describe(back.model), ref::describe(s.front().model));
+}
+
+}  // namespace
+}  // namespace gradeq
