@@ -1,43 +1,22 @@
-// window_set.cpp — the window-set format: .npy reading, the manifest, the
-// checks on what an external run hands in, and its verification.
+// window_set.cpp — the window-set format: the manifest and its files,
+// written (write_window_set) and read with every check on what an external
+// run hands in (read_window_set).
 #include "harness/window_set.h"
 
-#include <chrono>
 #include <cmath>
-#include <cstring>
 #include <fstream>
 #include <numeric>
 #include <set>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "harness/config.h"
-#include "harness/dump.h"
+#include "harness/npy.h"
 
 namespace gradeq {
 namespace {
 
 [[noreturn]] void bad(const std::string& where, const std::string& what) { throw WindowSetError(where + ": " + what); }
-
-std::string descr_dtype(const std::string& descr) {
-  if (descr == "<f4") return "float32";
-  if (descr == "<f8") return "float64";
-  if (descr == "<i4") return "int32";
-  if (descr == "<i8") return "int64";
-  return descr;
-}
-
-// A tensor's values must be numbers of the dtype its run stores it in:
-// float32 for weights and state, the accumulation dtype for gradients.
-// NaN and Inf are numbers of every dtype here (they fail the verdict).
-bool of_dtype(double v, DType d) {
-  if (!std::isfinite(v)) return true;
-  const float f = static_cast<float>(v);
-  return static_cast<double>(f) == v && round_to(f, d) == f;
-}
-
-DType dtype_of_entry(const RecordEntry& e, const PrecisionSpec& p) { return is_gradient(e.kind) ? p.accumulate : DType::f32; }
 
 std::string torch_name(const std::string& gradeq_name) {
   // "layer3.weight" -> "3.weight", "layer1.0.bias" -> "1.0.bias": the same
@@ -87,88 +66,6 @@ nlohmann::json tensors_json(const std::vector<ref::ParameterInfo>& infos) {
 }
 
 }  // namespace
-
-// ------------------------------------------------------------------- npy
-
-NpyArray read_npy(const std::filesystem::path& path) {
-  const std::string where = path.filename().string();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) bad(where, "cannot be read");
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  in.seekg(0);
-  char magic[8];
-  if (size < 10 || !in.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0) bad(where, "is not a .npy file");
-  const int major = static_cast<unsigned char>(magic[6]);
-  if (major != 1 && major != 2) bad(where, ".npy version " + std::to_string(major) + " (1 or 2 expected)");
-  unsigned char len[4] = {0, 0, 0, 0};
-  if (!in.read(reinterpret_cast<char*>(len), major == 1 ? 2 : 4)) bad(where, "truncated header");
-  const std::size_t header_len = major == 1 ? (len[0] | len[1] << 8)
-                                            : (len[0] | len[1] << 8 | len[2] << 16 | static_cast<std::size_t>(len[3]) << 24);
-  const std::streamoff data_at = (major == 1 ? 10 : 12) + static_cast<std::streamoff>(header_len);
-  if (header_len > 65536 || data_at > size) bad(where, "truncated header");
-  std::string header(header_len, '\0');
-  in.read(header.data(), static_cast<std::streamsize>(header_len));
-  const auto field = [&](const std::string& key) -> std::string {
-    const std::size_t at = header.find("'" + key + "':");
-    if (at == std::string::npos) bad(where, "header has no '" + key + "'");
-    std::size_t from = header.find_first_not_of(' ', at + key.size() + 3);
-    if (from == std::string::npos) bad(where, "header is malformed");
-    if (header[from] == '\'') return header.substr(from + 1, header.find('\'', from + 1) - from - 1);
-    if (header[from] == '(') return header.substr(from + 1, header.find(')', from) - from - 1);
-    return header.substr(from, header.find_first_of(",}", from) - from);
-  };
-  NpyArray a;
-  a.descr = field("descr");
-  if (a.descr != "<f4" && a.descr != "<f8" && a.descr != "<i4" && a.descr != "<i8")
-    bad(where, "dtype '" + a.descr + "' (float32, float64, int32 or int64, little-endian, expected)");
-  if (field("fortran_order") != "False") bad(where, "is in Fortran order (C order expected)");
-  std::stringstream dims(field("shape"));
-  std::string dim;
-  long count = 1;
-  while (std::getline(dims, dim, ',')) {
-    const std::size_t first = dim.find_first_not_of(' ');
-    if (first == std::string::npos) continue;
-    long d = -1;
-    try {
-      std::size_t used = 0;
-      d = std::stol(dim.substr(first), &used);
-      if (dim.find_first_not_of(' ', first + used) != std::string::npos) d = -1;
-    } catch (const std::exception&) {
-      d = -1;
-    }
-    if (d < 0 || d > (1L << 40)) bad(where, "shape (" + field("shape") + ") is malformed");
-    a.shape.push_back(d);
-    count *= d;
-    if (count > (1L << 40)) bad(where, "shape (" + field("shape") + ") is too large");
-  }
-  const long item = a.descr[2] == '4' ? 4 : 8;
-  if (size - data_at != count * item)
-    bad(where, "holds " + std::to_string(size - data_at) + " bytes of data; its shape (" + field("shape") + ") needs " +
-                   std::to_string(count * item));
-  a.values.resize(static_cast<std::size_t>(count));
-  std::vector<char> raw(static_cast<std::size_t>(count * item));
-  in.read(raw.data(), static_cast<std::streamsize>(raw.size()));
-  for (long i = 0; i < count; ++i) {
-    const char* p = raw.data() + i * item;
-    if (a.descr == "<f4") {
-      float v;
-      std::memcpy(&v, p, 4);
-      a.values[i] = v;
-    } else if (a.descr == "<f8") {
-      std::memcpy(&a.values[i], p, 8);
-    } else if (a.descr == "<i4") {
-      std::int32_t v;
-      std::memcpy(&v, p, 4);
-      a.values[i] = v;
-    } else {
-      std::int64_t v;
-      std::memcpy(&v, p, 8);
-      a.values[i] = static_cast<double>(v);
-    }
-  }
-  return a;
-}
 
 std::string window_set_file(const std::string& run, std::size_t window, const std::string& tensor) {
   std::string s = run + "_w" + std::to_string(window) + "_" + tensor;
@@ -301,12 +198,46 @@ int write_window_set(const std::filesystem::path& dir, const Scenario& scenario,
 
 namespace {
 
+// A tensor's values must be numbers of the dtype its run stores it in:
+// float32 for weights and state, the accumulation dtype for gradients.
+// NaN and Inf are numbers of every dtype here (they fail the verdict).
+bool of_dtype(double v, DType d) {
+  if (!std::isfinite(v)) return true;
+  const float f = static_cast<float>(v);
+  return static_cast<double>(f) == v && round_to(f, d) == f;
+}
+
+DType dtype_of_entry(const RecordEntry& e, const PrecisionSpec& p) { return is_gradient(e.kind) ? p.accumulate : DType::f32; }
+
+void expect_shape(const NpyArray& a, const std::vector<long>& shape, const std::string& file, const std::string& what) {
+  if (a.shape == shape) return;
+  const auto text = [](const std::vector<long>& s) {
+    std::string out = "(";
+    for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+    return out + ")";
+  };
+  bad(file, what + " has shape " + text(a.shape) + ", expected " + text(shape));
+}
+
+void expect_floats(const NpyArray& a, const std::string& file) {
+  if (a.descr != "<f4" && a.descr != "<f8") bad(file, "is " + npy_dtype_name(a.descr) + "; float32 or float64 expected");
+}
+
+// Data a run starts from (inputs, initial parameters and state) must be
+// finite: a NaN there is the export's fault, not the run's.
+void expect_finite(const NpyArray& a, const std::string& file, const std::string& rule) {
+  for (double v : a.values)
+    if (!std::isfinite(v)) bad(file, "holds NaN or Inf: " + rule);
+}
+
+// The files of a window set. Every .npy in its directory must be named by
+// the manifest, so that a tensor the run does not record, or a misspelt
+// name, is refused rather than ignored.
 class Reader {
  public:
   explicit Reader(std::filesystem::path dir) : dir_(std::move(dir)) {}
 
-  // A file the manifest names: it exists, and is remembered (every .npy in
-  // the directory must be named).
+  // A file the manifest names: a plain name in the directory, which exists.
   NpyArray array(const nlohmann::json& name, const std::string& what) {
     if (!name.is_string()) bad("manifest.json", what + " must name a file");
     const std::string file = name.get<std::string>();
@@ -314,10 +245,27 @@ class Reader {
       bad("manifest.json", what + ": '" + file + "' is not a file name in the directory");
     named_.insert(file);
     if (!std::filesystem::is_regular_file(dir_ / file)) bad(file, "is missing (" + what + ")");
-    return read_npy(dir_ / file);
+    try {
+      return read_npy(dir_ / file);
+    } catch (const NpyError& e) {
+      throw WindowSetError(e.what());
+    }
   }
-  void remember(const nlohmann::json& name) {
-    if (name.is_string()) named_.insert(name.get<std::string>());
+  // The same, float32 or float64 and of the given shape.
+  NpyArray floats(const nlohmann::json& name, const std::string& what, const std::vector<long>& shape,
+                  const std::string& tensor) {
+    NpyArray a = array(name, what);
+    const std::string file = name.get<std::string>();
+    expect_floats(a, file);
+    expect_shape(a, shape, file, tensor);
+    return a;
+  }
+  // Every file name in j, at any depth: files the set holds that verify
+  // does not read.
+  void remember_all(const nlohmann::json& j) {
+    if (j.is_string()) named_.insert(j.get<std::string>());
+    if (j.is_array() || j.is_object())
+      for (const auto& v : j) remember_all(v);
   }
   void refuse_extra_files() const {
     for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
@@ -332,134 +280,9 @@ class Reader {
   std::set<std::string> named_;
 };
 
-void expect_shape(const NpyArray& a, const std::vector<long>& shape, const std::string& file, const std::string& what) {
-  if (a.shape == shape) return;
-  const auto text = [](const std::vector<long>& s) {
-    std::string out = "(";
-    for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-    return out + ")";
-  };
-  bad(file, what + " has shape " + text(a.shape) + ", expected " + text(shape));
-}
-
-void expect_floats(const NpyArray& a, const std::string& file) {
-  if (a.descr != "<f4" && a.descr != "<f8") bad(file, "is " + descr_dtype(a.descr) + "; float32 or float64 expected");
-}
-
-KernelRun read_run(Reader& reader, const nlohmann::json& run, const std::string& name, const Scenario& scenario) {
-  const std::string where = "manifest.json: runs." + name;
-  if (!run.is_object() || !run.contains("windows") || !run.at("windows").is_array())
-    bad(where, "must be an object with a list of windows");
-  const nlohmann::json& windows = run.at("windows");
-  if (windows.size() != scenario.windows.size())
-    bad(where, std::to_string(windows.size()) + " windows, the scenario's split has " +
-                   std::to_string(scenario.windows.size()));
-  KernelRun out;
-  for (std::size_t w = 0; w < windows.size(); ++w) {
-    const nlohmann::json& j = windows[w];
-    const std::string at = where + ".windows[" + std::to_string(w) + "]";
-    if (!j.is_object() || !j.contains("tensors") || !j.at("tensors").is_object()) bad(at, "needs an object of tensors");
-    KernelWindow kw;
-    if (j.contains("skipped")) {
-      if (!j.at("skipped").is_boolean()) bad(at, "skipped must be true or false");
-      kw.skipped = j.at("skipped").get<bool>();
-    }
-    if (j.contains("loss") && j.at("loss").is_number()) kw.loss = j.at("loss").get<double>();
-    for (const auto& [key, value] : j.items())
-      if (key != "skipped" && key != "loss" && key != "fed" && key != "tensors" && key != "missing_gradients")
-        bad(at, "unknown key '" + key + "'");
-    // What the run fed: per micro-batch, indices of the window's samples
-    // (-1: a sample not in the window). Judged, not refused: a sample fed
-    // twice or never is a failing loop (procedure_problems).
-    const long samples = scenario.windows[w].samples();
-    const std::string fed_where = at + ".fed";
-    if (!j.contains("fed") || !j.at("fed").is_array())
-      bad(fed_where, "is missing: per micro-batch, the indices of the window's samples it fed (-1: not the window's)");
-    for (const nlohmann::json& micro_batch : j.at("fed")) {
-      if (!micro_batch.is_array()) bad(fed_where, "must be a list of micro-batches, each a list of sample indices");
-      std::vector<long> indices;
-      for (const nlohmann::json& i : micro_batch) {
-        if (!i.is_number_integer() || i.get<long>() < -1 || i.get<long>() >= samples)
-          bad(fed_where, "index " + i.dump() + " is not a sample of the window (0 to " + std::to_string(samples - 1) +
-                             ", or -1 for a sample that is not the window's)");
-        indices.push_back(i.get<long>());
-      }
-      kw.fed.push_back(std::move(indices));
-    }
-    if (j.contains("missing_gradients")) {
-      for (const nlohmann::json& p : j.at("missing_gradients")) {
-        const std::string param = p.get<std::string>();
-        bool trained = false;
-        for (const RecordEntry& e : scenario.schema.entries) trained = trained || e.name == "grad/" + param;
-        if (!trained) bad(at + ".missing_gradients", "'" + param + "' is not a trained parameter of the model");
-        kw.missing_gradients.push_back(param);
-      }
-    }
-    const auto missing = [&](const std::string& entry) {
-      for (const std::string& p : kw.missing_gradients)
-        if (entry == "grad/" + p || entry == "clipped_grad/" + p) return true;
-      return false;
-    };
-    const nlohmann::json& tensors = j.at("tensors");
-    std::set<std::string> known;
-    for (const RecordEntry& e : scenario.schema.entries) known.insert(e.name);
-    for (const auto& [key, value] : tensors.items())
-      if (!known.count(key)) bad(at, "tensor '" + key + "' is not recorded by this scenario (see its parameters)");
-    for (const RecordEntry& e : scenario.schema.entries) {
-      const bool by_step = recorded_by_step(e.kind);
-      if (missing(e.name)) {
-        if (tensors.contains(e.name)) bad(at, "lists " + e.name + " as missing but has it");
-        continue;
-      }
-      if (!tensors.contains(e.name)) {
-        if (by_step && kw.skipped) continue;
-        bad(at, "has no tensor '" + e.name + "'" + (by_step ? "" : " (every window records it)"));
-      }
-      if (by_step && kw.skipped)
-        bad(at, "is skipped but has '" + e.name + "' (a skipped step has no gradient, clip or learning rate)");
-      const nlohmann::json& ref = tensors.at(e.name);
-      const nlohmann::json& file = ref.is_object() && ref.contains("file") ? ref.at("file") : ref;
-      const NpyArray a = reader.array(file, name + " window " + std::to_string(w) + " " + e.name);
-      const std::string fname = file.get<std::string>();
-      expect_floats(a, fname);
-      expect_shape(a, {e.rows, e.cols}, fname, e.name);
-      const DType d = dtype_of_entry(e, scenario.spec.precision);
-      for (std::size_t i = 0; i < a.values.size() && !is_float64(e); ++i)
-        if (!of_dtype(a.values[i], d))
-          bad(fname, e.name + " element [" + std::to_string(i / static_cast<std::size_t>(e.cols)) + ", " +
-                         std::to_string(i % static_cast<std::size_t>(e.cols)) + "] = " + std::to_string(a.values[i]) +
-                         " is not a " + std::string(dtype_name(d)) + " number (the run stores it in " +
-                         std::string(dtype_name(d)) + "; declare compute_dtype/accumulate_dtype as the run had them)");
-      if (e.kind == RecordKind::counter && e.counter == Counter::skipped && (a.values[0] != 0.0) != kw.skipped)
-        bad(fname, "state/skipped contradicts the window's \"skipped\"");
-      kw.tensors.push_back({e.name, e.kind, e.rows, e.cols, a.values});
-    }
-    out.windows.push_back(std::move(kw));
-  }
-  return out;
-}
-
-}  // namespace
-
-namespace {
-WindowSet read_checked(const std::filesystem::path& dir);
-}  // namespace
-
-WindowSet read_window_set(const std::filesystem::path& dir) {
-  // A value of the wrong JSON type anywhere in the manifest is bad input,
-  // named as such, never an internal error.
-  try {
-    return read_checked(dir);
-  } catch (const nlohmann::json::exception& e) {
-    throw WindowSetError("manifest.json: a value of the wrong type (" + std::string(e.what()) + ")");
-  } catch (const std::filesystem::filesystem_error& e) {
-    throw WindowSetError(std::string("cannot read the window set: ") + e.what());
-  }
-}
-
-namespace {
-
-WindowSet read_checked(const std::filesystem::path& dir) {
+// The manifest, its format and schema version (3 is 4 without combinators
+// in the model), its keys all known and its required sections present.
+nlohmann::json read_manifest(const std::filesystem::path& dir) {
   if (!std::filesystem::is_directory(dir)) throw WindowSetError(dir.string() + ": not a directory");
   const std::filesystem::path manifest_path = dir / "manifest.json";
   std::ifstream in(manifest_path);
@@ -472,7 +295,6 @@ WindowSet read_checked(const std::filesystem::path& dir) {
   }
   if (!m.is_object() || m.value("format", "") != kWindowSetFormat)
     bad("manifest.json", std::string("\"format\" must be \"") + kWindowSetFormat + "\"");
-  // Version 3 is version 4 without combinators in the model.
   if (!m.contains("schema_version") || !m.at("schema_version").is_number_integer() ||
       (m.at("schema_version").get<long>() != kWindowSetSchemaVersion && m.at("schema_version").get<long>() != 3))
     bad("manifest.json", "schema_version " + (m.contains("schema_version") ? m.at("schema_version").dump() : "missing") +
@@ -486,24 +308,31 @@ WindowSet read_checked(const std::filesystem::path& dir) {
   }
   for (const char* key : {"scenario", "windows", "initial", "runs"})
     if (!m.contains(key)) bad("manifest.json", std::string("has no \"") + key + "\"");
+  return m;
+}
 
-  WindowSet set;
-  Scenario& s = set.scenario;
+// "scenario": the scenario as config keys. Its data are the set's files,
+// whatever generated them.
+ScenarioSpec read_scenario(const nlohmann::json& scenario) {
+  ScenarioSpec spec;
   try {
-    s.spec = scenario_from_json(m.at("scenario"), "manifest.json: scenario");
+    spec = scenario_from_json(scenario, "manifest.json: scenario");
   } catch (const WindowSetError&) {
     throw;
   } catch (const std::invalid_argument& e) {
     throw WindowSetError(e.what());
   }
-  s.spec.data = DataKind::files;  // whatever generated it, verify reads the data from the files
-  s.schema = run_schema(s.spec);
-  // What a reader may carry for itself must agree with the scenario.
+  spec.data = DataKind::files;
+  return spec;
+}
+
+// "model", "parameters", "buffers": derived from the scenario for readers,
+// so where given they must agree with it. A parameter's "torch" is the name
+// the exporter found in the user's module (blocks.0.mlp.fc.weight): any
+// unique string.
+void check_model(const nlohmann::json& m, const Scenario& s) {
   if (m.contains("model") && m.at("model") != model_json(s.spec))
     bad("manifest.json", "\"model\" contradicts the scenario's layers (it must read " + model_json(s.spec).dump() + ")");
-  // The parameters' names and shapes are the model's; "torch" is the name
-  // the exporter found in the user's module (blocks.0.mlp.fc.weight), any
-  // unique string.
   if (m.contains("parameters")) {
     const nlohmann::json& listed = m.at("parameters");
     const nlohmann::json expected = tensors_json(s.schema.parameters);
@@ -523,161 +352,299 @@ WindowSet read_checked(const std::filesystem::path& dir) {
   }
   if (m.contains("buffers") && m.at("buffers") != tensors_json(s.schema.buffers))
     bad("manifest.json", "\"buffers\" contradicts the scenario's model");
+}
 
-  Reader reader(dir);
-  const nlohmann::json& windows = m.at("windows");
-  if (!windows.is_array() || windows.size() != s.spec.split.size())
-    bad("manifest.json", "\"windows\" must list " + std::to_string(s.spec.split.size()) +
-                             " windows, one per window of the scenario's split");
-  const long outputs = ref::Model(s.spec.model).output_width();
-  const bool mse = s.spec.model.loss == ref::LossKind::mse;
-  for (std::size_t w = 0; w < windows.size(); ++w) {
-    const nlohmann::json& j = windows[w];
-    const std::string at = "windows[" + std::to_string(w) + "]";
-    if (!j.is_object() || !j.contains("inputs")) bad("manifest.json", at + " needs \"inputs\"");
-    if (j.contains("split") && j.at("split") != nlohmann::json(s.spec.split[w]))
-      bad("manifest.json", at + ".split " + j.at("split").dump() + " contradicts the scenario's split of the window " +
-                               nlohmann::json(s.spec.split[w]).dump());
-    const long samples = std::accumulate(s.spec.split[w].begin(), s.spec.split[w].end(), 0L);
-    const long rows = samples * s.spec.model.positions;
-    if (j.contains("rows") && j.at("rows") != nlohmann::json(rows))
-      bad("manifest.json", at + ".rows contradicts the split and positions (" + std::to_string(rows) + ")");
-    ref::Batch b;
-    b.positions = s.spec.model.positions;
-    const NpyArray x = reader.array(j.at("inputs"), at + " inputs");
-    const std::string xf = j.at("inputs").get<std::string>();
-    expect_floats(x, xf);
-    expect_shape(x, {rows, s.spec.model.input_features}, xf, "inputs");
-    b.inputs = Eigen::Map<const ref::Matrix<double>>(x.values.data(), rows, s.spec.model.input_features);
-    if (mse) {
-      if (!j.contains("targets")) bad("manifest.json", at + " needs \"targets\" (mse)");
-      if (j.contains("classes")) bad("manifest.json", at + " has \"classes\", but the loss is mse");
-      const NpyArray t = reader.array(j.at("targets"), at + " targets");
-      const std::string tf = j.at("targets").get<std::string>();
-      expect_floats(t, tf);
-      expect_shape(t, {rows, outputs}, tf, "targets");
-      b.targets = Eigen::Map<const ref::Matrix<double>>(t.values.data(), rows, outputs);
-    } else {
-      if (!j.contains("classes")) bad("manifest.json", at + " needs \"classes\" (cross-entropy)");
-      if (j.contains("targets")) bad("manifest.json", at + " has \"targets\", but the loss is cross-entropy");
-      const NpyArray c = reader.array(j.at("classes"), at + " classes");
-      const std::string cf = j.at("classes").get<std::string>();
-      if (c.descr != "<i4" && c.descr != "<i8") bad(cf, "is " + descr_dtype(c.descr) + "; int32 or int64 classes expected");
-      expect_shape(c, {rows}, cf, "classes");
-      for (double v : c.values) {
-        if (v != ref::kIgnoreClass && (v < 0 || v >= outputs))
-          bad(cf, "class " + std::to_string(static_cast<long>(v)) + " is outside [0, " + std::to_string(outputs) +
-                      ") and is not the padding class -100");
-        b.classes.push_back(static_cast<int>(v));
-      }
-      if (j.contains("mask")) {  // optional; where given it must say what the classes say
-        const NpyArray mask = reader.array(j.at("mask"), at + " mask");
-        const std::string mf = j.at("mask").get<std::string>();
-        expect_shape(mask, {rows}, mf, "mask");
-        for (std::size_t i = 0; i < mask.values.size(); ++i)
-          if (mask.values[i] != (b.classes[i] != ref::kIgnoreClass ? 1.0 : 0.0))
-            bad(mf, "row " + std::to_string(i) + " contradicts the classes (mask 1 = a token that counts, 0 = class -100)");
-      }
-    }
-    for (double v : x.values)
-      if (!std::isfinite(v)) bad(xf, "holds NaN or Inf: inputs must be finite");
-    s.windows.push_back(std::move(b));
+// A cross-entropy window's "classes" (each one of the model's outputs or
+// the padding class -100) and, where given, its "mask", which must say
+// what the classes say.
+std::vector<int> read_classes(Reader& reader, const nlohmann::json& j, const std::string& at, long rows, long outputs) {
+  if (!j.contains("classes")) bad("manifest.json", at + " needs \"classes\" (cross-entropy)");
+  if (j.contains("targets")) bad("manifest.json", at + " has \"targets\", but the loss is cross-entropy");
+  const NpyArray c = reader.array(j.at("classes"), at + " classes");
+  const std::string cf = j.at("classes").get<std::string>();
+  if (c.descr != "<i4" && c.descr != "<i8") bad(cf, "is " + npy_dtype_name(c.descr) + "; int32 or int64 classes expected");
+  expect_shape(c, {rows}, cf, "classes");
+  std::vector<int> classes;
+  for (double v : c.values) {
+    if (v != ref::kIgnoreClass && (v < 0 || v >= outputs))
+      bad(cf, "class " + std::to_string(static_cast<long>(v)) + " is outside [0, " + std::to_string(outputs) +
+                  ") and is not the padding class -100");
+    classes.push_back(static_cast<int>(v));
   }
+  if (j.contains("mask")) {
+    const NpyArray mask = reader.array(j.at("mask"), at + " mask");
+    const std::string mf = j.at("mask").get<std::string>();
+    expect_shape(mask, {rows}, mf, "mask");
+    for (std::size_t i = 0; i < mask.values.size(); ++i)
+      if (mask.values[i] != (classes[i] != ref::kIgnoreClass ? 1.0 : 0.0))
+        bad(mf, "row " + std::to_string(i) + " contradicts the classes (mask 1 = a token that counts, 0 = class -100)");
+  }
+  return classes;
+}
 
-  const nlohmann::json& initial = m.at("initial");
+// "windows[w]": the window's inputs, and its targets (mse) or classes
+// (cross-entropy), as many rows as the scenario's split and positions say.
+ref::Batch read_window(Reader& reader, const nlohmann::json& j, std::size_t w, const ScenarioSpec& spec, long outputs) {
+  const std::string at = "windows[" + std::to_string(w) + "]";
+  if (!j.is_object() || !j.contains("inputs")) bad("manifest.json", at + " needs \"inputs\"");
+  if (j.contains("split") && j.at("split") != nlohmann::json(spec.split[w]))
+    bad("manifest.json", at + ".split " + j.at("split").dump() + " contradicts the scenario's split of the window " +
+                             nlohmann::json(spec.split[w]).dump());
+  const long samples = std::accumulate(spec.split[w].begin(), spec.split[w].end(), 0L);
+  const long rows = samples * spec.model.positions;
+  if (j.contains("rows") && j.at("rows") != nlohmann::json(rows))
+    bad("manifest.json", at + ".rows contradicts the split and positions (" + std::to_string(rows) + ")");
+  ref::Batch b;
+  b.positions = spec.model.positions;
+  const NpyArray x = reader.floats(j.at("inputs"), at + " inputs", {rows, spec.model.input_features}, "inputs");
+  b.inputs = Eigen::Map<const ref::Matrix<double>>(x.values.data(), rows, spec.model.input_features);
+  if (spec.model.loss == ref::LossKind::mse) {
+    if (!j.contains("targets")) bad("manifest.json", at + " needs \"targets\" (mse)");
+    if (j.contains("classes")) bad("manifest.json", at + " has \"classes\", but the loss is mse");
+    const NpyArray t = reader.floats(j.at("targets"), at + " targets", {rows, outputs}, "targets");
+    b.targets = Eigen::Map<const ref::Matrix<double>>(t.values.data(), rows, outputs);
+  } else {
+    b.classes = read_classes(reader, j, at, rows, outputs);
+  }
+  expect_finite(x, j.at("inputs").get<std::string>(), "inputs must be finite");
+  return b;
+}
+
+// "windows": one per window of the scenario's split.
+std::vector<ref::Batch> read_windows(Reader& reader, const nlohmann::json& windows, const ScenarioSpec& spec) {
+  if (!windows.is_array() || windows.size() != spec.split.size())
+    bad("manifest.json", "\"windows\" must list " + std::to_string(spec.split.size()) +
+                             " windows, one per window of the scenario's split");
+  const long outputs = ref::Model(spec.model).output_width();
+  std::vector<ref::Batch> out;
+  for (std::size_t w = 0; w < windows.size(); ++w) out.push_back(read_window(reader, windows[w], w, spec, outputs));
+  return out;
+}
+
+// "initial.parameters": every parameter of the model before the first
+// window, finite, and nothing else.
+ref::Tensors<double> read_initial_parameters(Reader& reader, const nlohmann::json& initial, const RunSchema& schema) {
   if (!initial.is_object() || !initial.contains("parameters") || !initial.at("parameters").is_object())
     bad("manifest.json", "\"initial\" needs \"parameters\", one file per parameter");
-  for (const auto& [key, value] : initial.at("parameters").items()) {
+  const nlohmann::json& files = initial.at("parameters");
+  for (const auto& [key, value] : files.items()) {
     bool found = false;
-    for (const ref::ParameterInfo& p : s.schema.parameters) found = found || p.name == key;
+    for (const ref::ParameterInfo& p : schema.parameters) found = found || p.name == key;
     if (!found) bad("manifest.json", "initial parameter '" + key + "' is not a parameter of the model");
   }
-  for (const ref::ParameterInfo& p : s.schema.parameters) {
-    if (!initial.at("parameters").contains(p.name)) bad("manifest.json", "no initial value of " + p.name);
-    const nlohmann::json& file = initial.at("parameters").at(p.name);
-    const NpyArray a = reader.array(file, "initial " + p.name);
-    expect_floats(a, file.get<std::string>());
-    expect_shape(a, {p.rows, p.cols}, file.get<std::string>(), p.name);
-    for (double v : a.values)
-      if (!std::isfinite(v)) bad(file.get<std::string>(), "holds NaN or Inf: initial parameters must be finite");
-    s.initial_params.push_back(Eigen::Map<const ref::Matrix<double>>(a.values.data(), p.rows, p.cols));
+  ref::Tensors<double> out;
+  for (const ref::ParameterInfo& p : schema.parameters) {
+    if (!files.contains(p.name)) bad("manifest.json", "no initial value of " + p.name);
+    const nlohmann::json& file = files.at(p.name);
+    const NpyArray a = reader.floats(file, "initial " + p.name, {p.rows, p.cols}, p.name);
+    expect_finite(a, file.get<std::string>(), "initial parameters must be finite");
+    out.push_back(Eigen::Map<const ref::Matrix<double>>(a.values.data(), p.rows, p.cols));
   }
+  return out;
+}
 
-  // The optimizer state, running statistics and counters the first window
-  // starts from, where the run did not start fresh: given entries are read,
-  // the others take their fresh values (zeros; running variance 1; the
-  // scenario's loss scale).
+// "initial.state": the optimizer state, running statistics and counters
+// the first window starts from, for a run that did not start fresh. Given
+// entries are read; the others take their fresh values (zeros; running
+// variance 1; the scenario's loss scale). Parameters come from
+// "initial.parameters".
+KernelWindow read_initial_state(Reader& reader, const nlohmann::json& state, const Scenario& s) {
+  if (!state.is_object()) bad("manifest.json", "\"initial.state\" must map entries to files");
+  KernelWindow start;
+  std::set<std::string> used;
+  for (const RecordEntry& e : s.schema.entries) {
+    if (recorded_by_step(e.kind)) continue;
+    std::vector<double> values(static_cast<std::size_t>(e.rows * e.cols), 0.0);
+    if (e.kind == RecordKind::parameter) {
+      const ref::Matrix<double>& p = s.initial_params[e.index];
+      values.assign(p.data(), p.data() + p.size());
+    } else if (state.contains(e.name)) {
+      used.insert(e.name);
+      const NpyArray a = reader.floats(state.at(e.name), "initial state " + e.name, {e.rows, e.cols}, e.name);
+      expect_finite(a, state.at(e.name).get<std::string>(), "the initial state must be finite");
+      values = a.values;
+    } else if (e.kind == RecordKind::statistic) {
+      values.assign(values.size(), s.schema.buffers[e.index].start);
+    } else if (e.kind == RecordKind::counter && e.counter == Counter::loss_scale) {
+      values.assign(1, s.spec.procedure.loss_scaling.scale);
+    }
+    start.tensors.push_back({e.name, e.kind, e.rows, e.cols, values});
+  }
+  for (const auto& [key, value] : state.items())
+    if (!used.count(key))
+      bad("manifest.json", "initial state '" + key + "' is not optimizer state, a running statistic or a counter of "
+                           "this scenario");
+  return start;
+}
+
+// "initial": the parameters, and the state where the run did not start fresh.
+void read_initial(Reader& reader, const nlohmann::json& initial, Scenario& s) {
+  s.initial_params = read_initial_parameters(reader, initial, s.schema);
   for (const auto& [key, value] : initial.items())
     if (key != "parameters" && key != "state") bad("manifest.json", "unknown key 'initial." + key + "'");
-  if (initial.contains("state")) {
-    const nlohmann::json& state = initial.at("state");
-    if (!state.is_object()) bad("manifest.json", "\"initial.state\" must map entries to files");
-    KernelWindow start;
-    std::set<std::string> used;
-    for (const RecordEntry& e : s.schema.entries) {
-      if (recorded_by_step(e.kind)) continue;
-      std::vector<double> values(static_cast<std::size_t>(e.rows * e.cols), 0.0);
-      if (e.kind == RecordKind::parameter) {
-        const ref::Matrix<double>& p = s.initial_params[e.index];
-        values.assign(p.data(), p.data() + p.size());
-      } else if (state.contains(e.name)) {
-        used.insert(e.name);
-        const NpyArray a = reader.array(state.at(e.name), "initial state " + e.name);
-        const std::string file = state.at(e.name).get<std::string>();
-        expect_floats(a, file);
-        expect_shape(a, {e.rows, e.cols}, file, e.name);
-        for (double v : a.values)
-          if (!std::isfinite(v)) bad(file, "holds NaN or Inf: the initial state must be finite");
-        values = a.values;
-      } else if (e.kind == RecordKind::statistic) {
-        values.assign(values.size(), s.schema.buffers[e.index].start);
-      } else if (e.kind == RecordKind::counter && e.counter == Counter::loss_scale) {
-        values.assign(1, s.spec.procedure.loss_scaling.scale);
-      }
-      start.tensors.push_back({e.name, e.kind, e.rows, e.cols, values});
-    }
-    for (const auto& [key, value] : state.items())
-      if (!used.count(key))
-        bad("manifest.json", "initial state '" + key + "' is not optimizer state, a running statistic or a counter of "
-                             "this scenario");
-    s.initial_state = std::move(start);
-  }
+  if (initial.contains("state")) s.initial_state = read_initial_state(reader, initial.at("state"), s);
+}
 
-  const nlohmann::json& runs = m.at("runs");
+// A run's window's "fed": per micro-batch, indices of the window's samples
+// (-1: a sample not in the window). Judged, not refused: a sample fed
+// twice or never is a failing loop (procedure_problems).
+std::vector<std::vector<long>> read_fed(const nlohmann::json& j, const std::string& at, long samples) {
+  const std::string where = at + ".fed";
+  if (!j.contains("fed") || !j.at("fed").is_array())
+    bad(where, "is missing: per micro-batch, the indices of the window's samples it fed (-1: not the window's)");
+  std::vector<std::vector<long>> fed;
+  for (const nlohmann::json& micro_batch : j.at("fed")) {
+    if (!micro_batch.is_array()) bad(where, "must be a list of micro-batches, each a list of sample indices");
+    std::vector<long> indices;
+    for (const nlohmann::json& i : micro_batch) {
+      if (!i.is_number_integer() || i.get<long>() < -1 || i.get<long>() >= samples)
+        bad(where, "index " + i.dump() + " is not a sample of the window (0 to " + std::to_string(samples - 1) +
+                       ", or -1 for a sample that is not the window's)");
+      indices.push_back(i.get<long>());
+    }
+    fed.push_back(std::move(indices));
+  }
+  return fed;
+}
+
+// A run's window's "missing_gradients": trained parameters whose gradient
+// the run did not produce.
+std::vector<std::string> read_missing_gradients(const nlohmann::json& j, const std::string& at, const RunSchema& schema) {
+  std::vector<std::string> out;
+  if (!j.contains("missing_gradients")) return out;
+  for (const nlohmann::json& p : j.at("missing_gradients")) {
+    const std::string param = p.get<std::string>();
+    bool trained = false;
+    for (const RecordEntry& e : schema.entries) trained = trained || e.name == "grad/" + param;
+    if (!trained) bad(at + ".missing_gradients", "'" + param + "' is not a trained parameter of the model");
+    out.push_back(param);
+  }
+  return out;
+}
+
+// A run's window's "tensors": one per entry of the schema, but none of a
+// missing gradient and none recorded by the step of a skipped window; each
+// of the dtype the run stores it in.
+void read_run_tensors(Reader& reader, const nlohmann::json& tensors, const std::string& at, const std::string& what,
+                      const Scenario& scenario, KernelWindow& kw) {
+  const auto missing = [&](const std::string& entry) {
+    for (const std::string& p : kw.missing_gradients)
+      if (entry == "grad/" + p || entry == "clipped_grad/" + p) return true;
+    return false;
+  };
+  std::set<std::string> known;
+  for (const RecordEntry& e : scenario.schema.entries) known.insert(e.name);
+  for (const auto& [key, value] : tensors.items())
+    if (!known.count(key)) bad(at, "tensor '" + key + "' is not recorded by this scenario (see its parameters)");
+  for (const RecordEntry& e : scenario.schema.entries) {
+    const bool by_step = recorded_by_step(e.kind);
+    if (missing(e.name)) {
+      if (tensors.contains(e.name)) bad(at, "lists " + e.name + " as missing but has it");
+      continue;
+    }
+    if (!tensors.contains(e.name)) {
+      if (by_step && kw.skipped) continue;
+      bad(at, "has no tensor '" + e.name + "'" + (by_step ? "" : " (every window records it)"));
+    }
+    if (by_step && kw.skipped)
+      bad(at, "is skipped but has '" + e.name + "' (a skipped step has no gradient, clip or learning rate)");
+    const nlohmann::json& ref = tensors.at(e.name);
+    const nlohmann::json& file = ref.is_object() && ref.contains("file") ? ref.at("file") : ref;
+    const NpyArray a = reader.floats(file, what + " " + e.name, {e.rows, e.cols}, e.name);
+    const std::string fname = file.get<std::string>();
+    const DType d = dtype_of_entry(e, scenario.spec.precision);
+    for (std::size_t i = 0; i < a.values.size() && !is_float64(e); ++i)
+      if (!of_dtype(a.values[i], d))
+        bad(fname, e.name + " element [" + std::to_string(i / static_cast<std::size_t>(e.cols)) + ", " +
+                       std::to_string(i % static_cast<std::size_t>(e.cols)) + "] = " + std::to_string(a.values[i]) +
+                       " is not a " + std::string(dtype_name(d)) + " number (the run stores it in " +
+                       std::string(dtype_name(d)) + "; declare compute_dtype/accumulate_dtype as the run had them)");
+    if (e.kind == RecordKind::counter && e.counter == Counter::skipped && (a.values[0] != 0.0) != kw.skipped)
+      bad(fname, "state/skipped contradicts the window's \"skipped\"");
+    kw.tensors.push_back({e.name, e.kind, e.rows, e.cols, a.values});
+  }
+}
+
+// "runs.<name>.windows[w]": whether the step was skipped, the loss, what
+// was fed, the gradients that are missing and the tensors.
+KernelWindow read_run_window(Reader& reader, const nlohmann::json& j, const std::string& name, std::size_t w,
+                             const Scenario& scenario) {
+  const std::string at = "manifest.json: runs." + name + ".windows[" + std::to_string(w) + "]";
+  if (!j.is_object() || !j.contains("tensors") || !j.at("tensors").is_object()) bad(at, "needs an object of tensors");
+  KernelWindow kw;
+  if (j.contains("skipped")) {
+    if (!j.at("skipped").is_boolean()) bad(at, "skipped must be true or false");
+    kw.skipped = j.at("skipped").get<bool>();
+  }
+  if (j.contains("loss") && j.at("loss").is_number()) kw.loss = j.at("loss").get<double>();
+  for (const auto& [key, value] : j.items())
+    if (key != "skipped" && key != "loss" && key != "fed" && key != "tensors" && key != "missing_gradients")
+      bad(at, "unknown key '" + key + "'");
+  kw.fed = read_fed(j, at, scenario.windows[w].samples());
+  kw.missing_gradients = read_missing_gradients(j, at, scenario.schema);
+  read_run_tensors(reader, j.at("tensors"), at, name + " window " + std::to_string(w), scenario, kw);
+  return kw;
+}
+
+// "runs.<name>": a kernel run, one entry per window of the split.
+KernelRun read_run(Reader& reader, const nlohmann::json& run, const std::string& name, const Scenario& scenario) {
+  const std::string where = "manifest.json: runs." + name;
+  if (!run.is_object() || !run.contains("windows") || !run.at("windows").is_array())
+    bad(where, "must be an object with a list of windows");
+  const nlohmann::json& windows = run.at("windows");
+  if (windows.size() != scenario.windows.size())
+    bad(where, std::to_string(windows.size()) + " windows, the scenario's split has " +
+                   std::to_string(scenario.windows.size()));
+  KernelRun out;
+  for (std::size_t w = 0; w < windows.size(); ++w) out.windows.push_back(read_run_window(reader, windows[w], name, w, scenario));
+  return out;
+}
+
+// "runs": K_acc, the run to verify, and K_full where given. The dumped
+// reference runs are not read, since verify recomputes them, but their
+// files belong to the set.
+void read_runs(Reader& reader, const nlohmann::json& runs, WindowSet& set) {
   if (!runs.is_object() || !runs.contains("K_acc"))
     bad("manifest.json", "\"runs\" needs \"K_acc\": the accumulated run to verify");
   for (const auto& [key, value] : runs.items())
     if (key != "K_acc" && key != "K_full" && key != "R_acc" && key != "R_full")
       bad("manifest.json", "unknown run '" + key + "' (K_acc, K_full; R_acc and R_full as dumped)");
-  set.k_acc = read_run(reader, runs.at("K_acc"), "K_acc", s);
-  if (runs.contains("K_full")) set.k_full = read_run(reader, runs.at("K_full"), "K_full", s);
-  // Dumped reference runs and bounds are not used (verify recomputes them),
-  // but their files belong to the set.
-  const auto remember_all = [&](const nlohmann::json& j, const auto& self) -> void {
-    if (j.is_string()) reader.remember(j);
-    if (j.is_array() || j.is_object())
-      for (const auto& v : j) self(v, self);
-  };
+  set.k_acc = read_run(reader, runs.at("K_acc"), "K_acc", set.scenario);
+  if (runs.contains("K_full")) set.k_full = read_run(reader, runs.at("K_full"), "K_full", set.scenario);
   for (const char* r : {"R_acc", "R_full"})
-    if (runs.contains(r)) remember_all(runs.at(r), remember_all);
-  if (m.contains("bounds")) remember_all(m.at("bounds"), remember_all);
+    if (runs.contains(r)) reader.remember_all(runs.at(r));
+}
+
+WindowSet read_sections(const std::filesystem::path& dir) {
+  const nlohmann::json m = read_manifest(dir);
+  WindowSet set;
+  Scenario& s = set.scenario;
+  s.spec = read_scenario(m.at("scenario"));
+  s.schema = run_schema(s.spec);
+  check_model(m, s);
+  Reader reader(dir);
+  s.windows = read_windows(reader, m.at("windows"), s.spec);
+  read_initial(reader, m.at("initial"), s);
+  read_runs(reader, m.at("runs"), set);
+  // "bounds": written for readers; verify recomputes them, but their files
+  // belong to the set.
+  if (m.contains("bounds")) reader.remember_all(m.at("bounds"));
   reader.refuse_extra_files();
   return set;
 }
 
 }  // namespace
 
-ScenarioResult verify_window_set(const WindowSet& set, const ErrorModel& model) {
-  const auto start = std::chrono::steady_clock::now();
-  const Scenario& scenario = set.scenario;
-  Runs runs;
-  runs.k_acc = set.k_acc;
-  if (set.k_full) runs.k_full = *set.k_full;
-  add_reference_runs(scenario, runs, model);
-  ScenarioResult result = judge(scenario, runs);
-  explain_failure(scenario, runs, model, result);
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return result;
+WindowSet read_window_set(const std::filesystem::path& dir) {
+  // A value of the wrong JSON type anywhere in the manifest is bad input,
+  // named as such, never an internal error.
+  try {
+    return read_sections(dir);
+  } catch (const nlohmann::json::exception& e) {
+    throw WindowSetError("manifest.json: a value of the wrong type (" + std::string(e.what()) + ")");
+  } catch (const std::filesystem::filesystem_error& e) {
+    throw WindowSetError(std::string("cannot read the window set: ") + e.what());
+  }
 }
 
 }  // namespace gradeq

@@ -3,8 +3,8 @@
 // run made outside gradeq (a PyTorch loop, python/gradeq_export.py) is
 // judged with the same verdicts and bounds as a backend's.
 //
-// A window set is a directory: manifest.json and NumPy .npy files (format
-// 1.0, little-endian, C order, 2-D [rows, cols] unless said otherwise).
+// A window set is a directory: manifest.json and NumPy .npy files
+// (harness/npy.h; 2-D [rows, cols] unless said otherwise).
 // The manifest (docs/VERIFY.md documents every key):
 //   format            "gradeq-window-set"; schema_version 4 (3: the same,
 //                     without combinators in the model; read as well)
@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -59,16 +60,6 @@ class WindowSetError : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-// One .npy array, values widened to double.
-struct NpyArray {
-  std::string descr;        // "<f4", "<f8", "<i4", "<i8"
-  std::vector<long> shape;
-  std::vector<double> values;
-};
-// Strict: the magic, version 1.0 or 2.0, one of the descrs above, C order,
-// and a file exactly as long as its header says. WindowSetError otherwise.
-NpyArray read_npy(const std::filesystem::path& path);
-
 // "K_acc_w0_grad_layer0.weight.npy": the file of a tensor of a run's window.
 std::string window_set_file(const std::string& run, std::size_t window, const std::string& tensor);
 
@@ -86,12 +77,8 @@ struct WindowSet {
 };
 
 // Reads and checks a window set: WindowSetError with the file and what is
-// wrong, before any work.
+// wrong, before any work. Its verdicts are the gate's (verify_window_set,
+// harness/gate/gate.h).
 WindowSet read_window_set(const std::filesystem::path& dir);
-
-// The reference runs for a window set and the three verdicts, exactly as
-// `gradeq check` computes them for a backend's runs. Without K_full, kernel
-// correctness judges K_acc alone.
-ScenarioResult verify_window_set(const WindowSet& set, const ErrorModel& model);
 
 }  // namespace gradeq

@@ -11,7 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/config.h"
-#include "harness/dump.h"
+#include "harness/gate/gate.h"
+#include "harness/npy.h"
 #include "harness/suite.h"
 #include "harness/window_set.h"
 #include "kernels/cpu/cpu_backend.h"

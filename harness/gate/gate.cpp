@@ -10,7 +10,6 @@
 
 #include "harness/gate/worker.h"
 #include "harness/suite.h"
-#include "harness/window_set.h"
 #include "reference/parallel.h"
 
 namespace gradeq {
@@ -214,6 +213,19 @@ CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFac
     report.precision_sweep = run_precision_sweep(options.precision_sweep, backend, progress);
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
+}
+
+ScenarioResult verify_window_set(const WindowSet& set, const ErrorModel& model) {
+  const auto start = std::chrono::steady_clock::now();
+  const Scenario& scenario = set.scenario;
+  Runs runs;
+  runs.k_acc = set.k_acc;
+  if (set.k_full) runs.k_full = *set.k_full;
+  add_reference_runs(scenario, runs, model);
+  ScenarioResult result = judge(scenario, runs);
+  explain_failure(scenario, runs, model, result);
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
 }
 
 CheckReport run_verify(const std::filesystem::path& dir, const ErrorModel& model, const ProgressSink& progress,

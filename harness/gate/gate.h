@@ -16,6 +16,7 @@
 #include "harness/norm_sweep.h"
 #include "harness/precision_sweep.h"
 #include "harness/progress.h"
+#include "harness/window_set.h"
 #include "properties/generators.h"
 #include "properties/property_runner.h"
 
@@ -88,6 +89,11 @@ std::vector<std::string> selected_scenarios(const GateOptions& options);
 // Throws std::invalid_argument for unknown scenario or property names.
 CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFactory& loop = correct_loop(),
                      const ProgressSink& progress = {});
+
+// The reference runs for a window set and the three verdicts, exactly as
+// `gradeq check` computes them for a backend's runs. Without K_full, kernel
+// correctness judges K_acc alone.
+ScenarioResult verify_window_set(const WindowSet& set, const ErrorModel& model);
 
 // `gradeq verify`: judges the external run of a window set
 // (harness/window_set.h) with the gate's verdicts, as a report of one
