@@ -4,11 +4,6 @@
 
 #include <fmt/format.h>
 
-#include "harness/backends.h"
-#include "harness/data_parallel.h"
-#include "harness/mutants.h"
-#include "harness/suite.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "reports/report.h"
 
 namespace gradeq {
@@ -97,32 +92,32 @@ std::string selftest_summary(const SelfTestReport& report) {
   return out.str();
 }
 
-std::string catalogue_listing(const std::string& what) {
+std::string catalogue_listing(const Catalogue& c, const std::string& what) {
   std::ostringstream out;
+  const auto scenarios = [&out](const std::vector<ListedScenario>& listed) {
+    for (const ListedScenario& s : listed) out << fmt::format("  {:30} {}  split {}\n", s.name, s.model, s.split);
+  };
   if (what == "scenarios" || what == "all") {
     out << "scenarios:\n";
-    for (const ScenarioSpec& s : default_scenarios())
-      out << fmt::format("  {:30} {}  split {}\n", s.name, ref::describe(s.model), describe_split(s.split));
+    scenarios(c.scenarios);
     out << "data_parallel suite (--suite data_parallel; each split is one rank's, rank r adds r samples to its first "
            "micro-batch):\n";
-    for (const ScenarioSpec& s : data_parallel_scenarios())
-      out << fmt::format("  {:30} {}  split {}\n", s.name, ref::describe(s.model), describe_split(s.split));
+    scenarios(c.data_parallel_scenarios);
   }
   if (what == "properties" || what == "all") {
     out << "properties:\n";
-    for (const Property& p : default_properties()) out << fmt::format("  {:30} {}\n", p.name, p.description);
+    for (const ListedProperty& p : c.properties) out << fmt::format("  {:30} {}\n", p.name, p.description);
   }
   if (what == "mutants" || what == "all") {
     out << "mutants (gradeq selftest; B19 takes its CUDA form on the cuda backend):\n";
-    CpuBackend host;
-    for (const Mutant& m : mutants_for(host)) out << fmt::format("  {:4} {}  [{}]\n", m.id, m.bug, m.source);
+    for (const ListedMutant& m : c.mutants) out << fmt::format("  {:4} {}  [{}]\n", m.id, m.bug, m.source);
     out << "data-parallel mutants (mpirun -np W gradeq selftest --suite data_parallel, W >= 2):\n";
-    for (const DataParallelMutant& m : data_parallel_mutants())
-      out << fmt::format("  {:4} {} ({})  [{}]\n", m.id, m.bug, shard_mode_name(m.mode), m.source);
+    for (const ListedMutant& m : c.data_parallel_mutants)
+      out << fmt::format("  {:4} {} ({})  [{}]\n", m.id, m.bug, m.mode, m.source);
   }
   if (what == "backends" || what == "all") {
     out << "backends:\n";
-    for (const BackendInfo& b : list_backends())
+    for (const BackendInfo& b : c.backends)
       out << fmt::format("  {:6} {:12} {}\n", b.name, b.available ? "available" : "unavailable", b.detail);
   }
   return out.str();

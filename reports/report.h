@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/gate/catalogue.h"
 #include "harness/gate/gate.h"
 #include "harness/gate/plan.h"
 #include "harness/gate/selftest.h"
@@ -68,7 +69,7 @@ nlohmann::json plan_json(const MemoryPlan& plan, const PlanOptions& options);
 std::string check_summary(const CheckReport& report);
 std::string selftest_summary(const SelfTestReport& report);
 // what: scenarios, properties, mutants, backends or all.
-std::string catalogue_listing(const std::string& what);
+std::string catalogue_listing(const Catalogue& catalogue, const std::string& what);
 
 // Writes report.json, report.md and junit.xml into dir (created if
 // needed); with plots, also report.html and the figures in dir/plots (a
@@ -84,5 +85,8 @@ void remove_stale(const std::filesystem::path& dir, std::initializer_list<const 
 // that cannot be written is the environment's fault (EnvironmentError,
 // exit 3), said before the work, not after it.
 void require_writable_directory(const std::filesystem::path& dir);
+// An output file an option names: std::invalid_argument when it is a
+// directory; its directory proved writable as above.
+void require_writable_file(const std::string& file, const std::string& option);
 
 }  // namespace gradeq

@@ -20,6 +20,14 @@ void require_writable_directory(const std::filesystem::path& dir) {
   std::filesystem::remove(probe, error);
 }
 
+void require_writable_file(const std::string& file, const std::string& option) {
+  if (std::filesystem::is_directory(file))
+    throw std::invalid_argument(option + " " + file + " is a directory; it names the file to write");
+  // The directory it is written into ("." for a bare name).
+  const std::filesystem::path parent = std::filesystem::path(file).parent_path();
+  require_writable_directory(parent.empty() ? std::filesystem::path(".") : parent);
+}
+
 // Written under a temporary name and renamed when complete: an interrupted
 // run never leaves a file that looks finished.
 void write_text(const std::filesystem::path& path, const std::string& text) {

@@ -13,24 +13,13 @@
 // Exit codes: 0 pass, 1 verification failure, 2 bad usage or input,
 // 3 environment (e.g. cuda asked for but unavailable, out of memory),
 // 4 internal error (a bug in gradeq), 128 + N killed by signal N.
-#include <signal.h>
-#include <sys/ioctl.h>
-#include <unistd.h>
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
-
 #include <charconv>
-#include <chrono>
 #include <cstdio>
 #include <cmath>
 #include <filesystem>
 #include <functional>
-#include <iterator>
-#include <string_view>
 #include <fstream>
 #include <iostream>
-#include <limits>
 #include <memory>
 #include <optional>
 
@@ -38,17 +27,18 @@
 #include <fmt/format.h>
 
 #include "harness/cli/cli.h"
+#include "harness/cli/finish_check.h"
+#include "harness/cli/process.h"
+#include "harness/cli/progress_line.h"
 #include "harness/backends.h"
 #include "harness/config.h"
+#include "harness/gate/catalogue.h"
 #include "harness/gate/data_parallel_gate.h"
 #include "harness/gate/gate.h"
 #include "harness/gate/selftest.h"
 #include "harness/suite.h"
 #include "kernels/communicator.h"
 #include "reports/report.h"
-#if GRADEQ_HAVE_MPI
-#include "kernels/mpi/mpi_communicator.h"
-#endif
 
 namespace gradeq {
 namespace {
@@ -81,24 +71,6 @@ int report_error(std::exception_ptr error, int rank) {
                  "that gave it.\n";
     return kExitInternal;
   }
-}
-
-// Ctrl-C and SIGTERM stop the run at once, with 128 + the signal: reports
-// are written whole at the end under temporary names (write_text), and the
-// earlier run's are removed before the run, so nothing that looks complete
-// is left behind.
-extern "C" void stop_on_signal(int signal) {
-  static const char message[] = "\ngradeq: interrupted; no report was written\n";
-  [[maybe_unused]] const auto written = ::write(STDERR_FILENO, message, sizeof message - 1);
-  ::_exit(128 + signal);
-}
-
-void stop_on_signals() {
-  struct sigaction action {};
-  action.sa_handler = stop_on_signal;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
 }
 
 struct CheckArgs {
@@ -205,40 +177,6 @@ void add_check_options(CLI::App& cmd, CheckArgs& a) {
       ->check(CLI::ExistingFile);
 }
 
-// A JSON file an option names; bad input (exit 2) when it is not JSON.
-nlohmann::json read_json_file(const std::string& path, const std::string& option) {
-  std::ifstream in(path);
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw std::invalid_argument(option + " " + path + ": not JSON (" + e.what() + ")");
-  }
-}
-
-// A self-test's results for the report, read and checked before any work.
-nlohmann::json read_selftest(const std::string& path) {
-  const nlohmann::json j = read_json_file(path, "--selftest");
-  if (!j.is_object() || !j.contains("kill_matrix") || !j.at("kill_matrix").is_array() || !j.contains("passed"))
-    throw std::invalid_argument("--selftest " + path + ": not a selftest.json (no kill_matrix); write one with "
-                                "`gradeq selftest --out DIR`");
-  return j;
-}
-
-// Writes the reports; says on stderr why figures are missing, if they are.
-void write_all_reports(const std::string& dir, const CheckReport& report, const nlohmann::json* drift,
-                       bool fail_on_drift, const nlohmann::json* selftest) {
-  const std::string problem = write_reports(dir, report, drift, fail_on_drift, /*plots=*/true, selftest);
-  std::cout << "wrote " << dir << "/report.json, report.md, report.html, junit.xml and plots/\n";
-  if (!problem.empty()) std::cerr << "gradeq: warning: figures missing from the report: " << problem << "\n";
-}
-
-// The baseline report, read and checked before any work.
-nlohmann::json read_baseline(const std::string& path) {
-  const nlohmann::json j = read_json_file(path, "--baseline");
-  check_baseline(j);
-  return j;
-}
-
 // A run seed: any 64-bit unsigned value, written in decimal, nothing else
 // (no sign, no wrap-around, no saturation).
 std::uint64_t parse_seed(const std::string& text) {
@@ -250,87 +188,17 @@ std::uint64_t parse_seed(const std::string& text) {
   return seed;
 }
 
-bool stderr_is_terminal() { return isatty(STDERR_FILENO) == 1; }
-
-// Progress on stderr: one line rewritten in place on a terminal; in a log,
-// the latest line at most every 30 seconds.
-ProgressSink make_progress() {
-  if (stderr_is_terminal())
-    return [](const std::string& line) {
-      // Rewritten in place, so cut to the terminal's width: a line that
-      // wraps leaves its first rows behind at every rewrite.
-      winsize size{};
-      const std::size_t width = ioctl(STDERR_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 1 ? size.ws_col - 1 : 0;
-      std::cerr << "\r\033[K" << (width && line.size() > width ? line.substr(0, width) : line) << std::flush;
-    };
-  auto last = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
-  return [last](const std::string& line) {
-    const auto now = std::chrono::steady_clock::now();
-    if (now - *last < std::chrono::seconds(30)) return;
-    *last = now;
-    std::cerr << line << std::endl;
-  };
-}
-
-void end_progress() {
-  if (stderr_is_terminal()) std::cerr << "\r\033[K" << std::flush;
-}
-
-// The directory a file is written into ("." for a bare name).
-std::filesystem::path directory_of(const std::string& file) {
-  const std::filesystem::path parent = std::filesystem::path(file).parent_path();
-  return parent.empty() ? std::filesystem::path(".") : parent;
-}
-
-// An output file: not a directory, in a directory that can be written.
-void require_writable_file(const std::string& file, const std::string& option) {
-  if (std::filesystem::is_directory(file))
-    throw std::invalid_argument(option + " " + file + " is a directory; it names the file to write");
-  require_writable_directory(directory_of(file));
-}
-
 // ---- data parallelism (`mpirun -np W gradeq check --suite data_parallel`)
 
-// The communicator of this process: MPI where mpirun started it (and gradeq
-// was built with MPI), otherwise one local rank.
-std::unique_ptr<Communicator> make_communicator(double timeout) {
-#if GRADEQ_HAVE_MPI
-  if (MpiCommunicator::launched_by_mpirun()) return std::make_unique<MpiCommunicator>(timeout);
-#else
-  const char* ranks = std::getenv("OMPI_COMM_WORLD_SIZE");
-  if (ranks && std::atoi(ranks) > 1)
-    throw EnvironmentError(std::string("this gradeq was built without MPI (install libopenmpi-dev and rebuild), so it "
-                                       "cannot run as one of ") + ranks + " ranks");
-#endif
-  (void)timeout;
-  return std::make_unique<LocalCommunicator>();
-}
-
-// Bad input to a data-parallel run, found by every rank before any work:
-// the ranks agree that something is wrong, rank 0 says what (another rank
-// only when rank 0 found nothing), and every rank exits 2 by itself, without
-// aborting the job. `validate` throws std::invalid_argument on bad input.
-// Every rank must also run the same command (their command-line hashes).
-// Returns whether the run may go on.
+// Bad input to a data-parallel run, found by every rank before any work
+// (agree_on_input): the rank that is to say what is wrong says it, and
+// every rank returns exit 2 by itself. Returns whether the run may go on.
 bool agree_input_is_good(Communicator& comm, std::uint64_t command, const std::function<void()>& validate) {
-  std::string problem;
-  try {
-    validate();
-  } catch (const std::invalid_argument& e) {
-    problem = e.what();
-  }
-  const std::vector<std::uint64_t> commands = comm.all_gather(command);
-  for (std::size_t r = 1; r < commands.size() && problem.empty(); ++r)
-    if (commands[r] != commands[0])
-      problem = "rank " + std::to_string(r) + " was started with other arguments than rank 0: every rank of a "
-                "data-parallel run must run the same command";
-  const std::vector<std::uint64_t> bad = comm.all_gather(problem.empty() ? 0 : 1);
-  if (!problem.empty() && (comm.rank() == 0 || bad[0] == 0))
-    std::cerr << (comm.rank() == 0 ? "gradeq: " : "gradeq (rank " + std::to_string(comm.rank()) + "): ") << problem
-              << "\n";
-  for (std::uint64_t b : bad)
-    if (b) return false;
-  return true;
+  const InputAgreement agreement = agree_on_input(comm, command, validate);
+  if (!agreement.problem.empty())
+    std::cerr << (comm.rank() == 0 ? "gradeq: " : "gradeq (rank " + std::to_string(comm.rank()) + "): ")
+              << agreement.problem << "\n";
+  return agreement.good;
 }
 
 // Options that mean nothing to the data-parallel suite are refused, not ignored.
@@ -345,13 +213,24 @@ void refuse_for_data_parallel(const CheckArgs& a) {
   refuse(a.size_given, "--size", "its generated cases have the small shapes");
 }
 
+// The outputs a check's options name; the baseline and the self-test are
+// read where the check reads its input.
+CheckOutputs outputs_of(const CheckArgs& a, const std::optional<std::string>& report_dir) {
+  CheckOutputs outputs;
+  outputs.report_dir = report_dir;
+  outputs.junit_file = a.junit_file;
+  outputs.baseline_file = a.baseline;
+  outputs.fail_on_drift = a.fail_on_drift;
+  return outputs;
+}
+
 int run_data_parallel_check(const CheckArgs& a, const std::optional<std::string>& report_dir,
                             const std::string& program) {
   refuse_for_data_parallel(a);
   const std::unique_ptr<Communicator> comm = make_communicator(a.timeout);
   const bool root = comm->rank() == 0;
   DataParallelOptions options;
-  std::optional<nlohmann::json> baseline, selftest;
+  CheckOutputs outputs = outputs_of(a, report_dir);
   const bool good = agree_input_is_good(*comm, a.command, [&] {
     options.seed = parse_seed(a.seed);
     options.scenarios = a.scenarios;
@@ -368,11 +247,9 @@ int run_data_parallel_check(const CheckArgs& a, const std::optional<std::string>
       throw std::invalid_argument("--selftest shows a self-test in a written report: give --report DIR");
     require_data_parallel_suite(options, comm->size());
     if (!root) return;
-    if (report_dir) require_writable_directory(*report_dir);
-    if (!a.junit_file.empty()) require_writable_file(a.junit_file, "--junit");
-    if (report_dir) remove_stale(*report_dir, {"report.json", "report.md", "report.html", "junit.xml"});
-    if (!a.baseline.empty()) baseline = read_baseline(a.baseline);
-    if (!a.selftest.empty()) selftest = read_selftest(a.selftest);
+    prepare_check_outputs(outputs);
+    if (!a.baseline.empty()) outputs.baseline = read_baseline(a.baseline);
+    if (!a.selftest.empty()) outputs.selftest = read_selftest(a.selftest);
   });
   if (!good) return kExitUsage;
   try {
@@ -387,21 +264,7 @@ int run_data_parallel_check(const CheckArgs& a, const std::optional<std::string>
     int code = kExitPass;
     if (root) {
       end_progress();
-      std::cout << check_summary(report);
-      std::optional<nlohmann::json> drift;
-      if (baseline) {
-        drift = compare_to_baseline(report_json(report), *baseline);
-        std::cout << fmt::format("drift against {}: {} of {} checks flagged\n", a.baseline, drift->at("flags").size(),
-                                 drift->value("compared", 0L));
-      }
-      const nlohmann::json* drift_json = drift ? &*drift : nullptr;
-      if (report_dir) write_all_reports(*report_dir, report, drift_json, a.fail_on_drift, selftest ? &*selftest : nullptr);
-      if (!a.junit_file.empty()) {
-        write_text(a.junit_file, report_junit(report, drift_json, a.fail_on_drift));
-        std::cout << "wrote " << a.junit_file << "\n";
-      }
-      const bool drifted = drift && !drift->at("flags").empty();
-      code = report.passed() && !(drifted && a.fail_on_drift) ? kExitPass : kExitFail;
+      code = finish_check(report, outputs) ? kExitPass : kExitFail;
     }
     return comm->broadcast(code);
   } catch (...) {
@@ -418,16 +281,13 @@ int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir, 
   const std::uint64_t seed = parse_seed(a.seed);
   if (!a.dump_dir.empty() && a.scenarios.size() != 1)
     throw std::invalid_argument("--dump needs exactly one --scenario (see `gradeq list scenarios`)");
-  if (report_dir) require_writable_directory(*report_dir);
-  if (!a.junit_file.empty()) require_writable_file(a.junit_file, "--junit");
-  if (report_dir) remove_stale(*report_dir, {"report.json", "report.md", "report.html", "junit.xml"});
+  CheckOutputs outputs = outputs_of(a, report_dir);
+  prepare_check_outputs(outputs);
   if (!a.dump_dir.empty()) require_writable_directory(a.dump_dir);
-  const std::optional<nlohmann::json> baseline =
-      a.baseline.empty() ? std::nullopt : std::optional<nlohmann::json>(read_baseline(a.baseline));
+  if (!a.baseline.empty()) outputs.baseline = read_baseline(a.baseline);
   if (!a.selftest.empty() && !report_dir)
     throw std::invalid_argument("--selftest shows a self-test in a written report: give --report DIR (or use `gradeq report`)");
-  const std::optional<nlohmann::json> selftest =
-      a.selftest.empty() ? std::nullopt : std::optional<nlohmann::json>(read_selftest(a.selftest));
+  if (!a.selftest.empty()) outputs.selftest = read_selftest(a.selftest);
   GateOptions options;
   if (!a.config_file.empty()) options.suite = load_scenarios(a.config_file);
   if (a.suite != "default") options.suite = named_suite(a.suite);
@@ -450,37 +310,19 @@ int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir, 
   options.size = size_tier_of(a.size.empty() ? (a.suite == "scale" ? "large" : "small") : a.size);
 
   // A baseline of other scenarios cannot be compared: said before the run.
-  if (baseline) check_baseline_scenarios(selected_scenarios(options), *baseline);
+  if (outputs.baseline) check_baseline_scenarios(selected_scenarios(options), *outputs.baseline);
   std::cout << fmt::format("gradeq check: backend {}, {} suite, seed {}, {} cases per property, {} shapes, {} error model\n",
                            backend->name(), a.config_file.empty() ? a.suite : a.config_file, options.seed, a.cases,
                            size_tier_name(options.size), a.error_model);
   const ProgressSink progress = make_progress();
   const CheckReport report = run_gate(options, *backend, correct_loop(), progress);
   end_progress();
-  std::cout << check_summary(report);
-  std::optional<nlohmann::json> drift;
-  if (baseline) {
-    drift = compare_to_baseline(report_json(report), *baseline);
-    const nlohmann::json& flags = drift->at("flags");
-    std::cout << fmt::format("drift against {}: {} of {} checks flagged{}\n", a.baseline, flags.size(),
-                             drift->value("compared", 0L), flags.empty() ? "" : a.fail_on_drift ? " (fails the run)" : "");
-    for (const nlohmann::json& f : flags)
-      std::cout << fmt::format("  {:16} {}: {} (err/bound {} -> {})\n", f.value("kind", ""), f.value("check", ""),
-                               f.value("what", ""), f.at("baseline_ratio").dump(), f.at("ratio").dump());
-  }
-  const nlohmann::json* drift_json = drift ? &*drift : nullptr;
-
-  if (report_dir) write_all_reports(*report_dir, report, drift_json, a.fail_on_drift, selftest ? &*selftest : nullptr);
-  if (!a.junit_file.empty()) {
-    write_text(a.junit_file, report_junit(report, drift_json, a.fail_on_drift));
-    std::cout << "wrote " << a.junit_file << "\n";
-  }
+  const bool passed = finish_check(report, outputs);
   if (!a.dump_dir.empty()) {
     const int files = dump_scenario_run(options, *backend, a.scenarios.front(), a.dump_dir);
     std::cout << "wrote " << files << " files into " << a.dump_dir << " (manifest.json names them)\n";
   }
-  const bool drifted = drift && !drift->at("flags").empty();
-  return report.passed() && !(drifted && a.fail_on_drift) ? kExitPass : kExitFail;
+  return passed ? kExitPass : kExitFail;
 }
 
 struct VerifyArgs {
@@ -490,9 +332,10 @@ struct VerifyArgs {
 };
 
 int run_verify_command(const VerifyArgs& a) {
-  if (!a.report_dir.empty()) require_writable_directory(a.report_dir);
-  if (!a.junit_file.empty()) require_writable_file(a.junit_file, "--junit");
-  if (!a.report_dir.empty()) remove_stale(a.report_dir, {"report.json", "report.md", "report.html", "junit.xml"});
+  CheckOutputs outputs;
+  if (!a.report_dir.empty()) outputs.report_dir = a.report_dir;
+  outputs.junit_file = a.junit_file;
+  prepare_check_outputs(outputs);
   ErrorModel model;
   model.reduction = a.error_model == "probabilistic" ? ref::ReductionBound::probabilistic : ref::ReductionBound::deterministic;
   const ProgressSink progress = make_progress();
@@ -500,13 +343,7 @@ int run_verify_command(const VerifyArgs& a) {
   end_progress();
   std::cout << fmt::format("gradeq verify: {} ({}), {} error model\n", a.dir, report.scenarios.front().spec.name,
                            a.error_model);
-  std::cout << check_summary(report);
-  if (!a.report_dir.empty()) write_all_reports(a.report_dir, report, nullptr, false, nullptr);
-  if (!a.junit_file.empty()) {
-    write_text(a.junit_file, report_junit(report));
-    std::cout << "wrote " << a.junit_file << "\n";
-  }
-  return report.passed() ? kExitPass : kExitFail;
+  return finish_check(report, outputs) ? kExitPass : kExitFail;
 }
 
 struct PlanArgs {
@@ -707,80 +544,14 @@ int run_selftest_command(const SelfTestArgs& a) {
 }
 
 int run_list(const std::string& what) {
-  std::cout << catalogue_listing(what);
+  std::cout << catalogue_listing(make_catalogue(), what);
   return kExitPass;
-}
-
-// The reference allocates and frees many large temporaries (a matrix of
-// bounded values per layer and micro-batch, at real widths parameter-sized
-// ones of hundreds of MB). glibc returns each to the kernel and the next
-// one faults its pages back in: a third of the gate's time, and a third of
-// a 768/3072 block's. So freed memory stays in the process: no block is
-// mmap'd (an mmap'd block is unmapped when freed, and M_MMAP_THRESHOLD
-// cannot be raised above 32 MiB), one arena for every thread (another
-// thread's arena maps any block above 64 MiB whatever M_MMAP_MAX says),
-// and the heap's top is kept. NUMERICS §8 has the measurements.
-void keep_freed_memory() {
-#if defined(__GLIBC__)
-  mallopt(M_MMAP_MAX, 0);
-  mallopt(M_ARENA_MAX, 1);
-  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
-  mallopt(M_TOP_PAD, 1 << 28);
-#endif
-}
-
-// Whether argv is this process's own command line (/proc/self/cmdline):
-// only then may the program restart itself with it.
-bool is_own_command_line(int argc, char** argv) {
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  if (!in) return false;
-  const std::string cmdline{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  std::string expected;
-  for (int i = 0; i < argc; ++i) {
-    expected += argv[i];
-    expected += '\0';
-  }
-  return cmdline == expected;
-}
-
-// The heap on transparent huge pages. At real widths the reference's
-// parameter-sized temporaries grow the heap by gigabytes, and faulting that
-// in 4-KiB pages took a third of a 768/3072 block's time (on a VM each
-// fault costs microseconds). glibc places its heap on huge pages only when
-// its tunable glibc.malloc.hugetlb is set, and reads tunables only when a
-// program starts; so the program restarts itself once, with the tunable
-// added to GLIBC_TUNABLES, when it was started with its own command line
-// and the tunable is not already there (a user's setting, even =0, is
-// kept). Where the kernel offers no huge pages the setting changes nothing.
-// NUMERICS §8 has the measurements.
-void restart_with_huge_pages(int argc, char** argv) {
-#if defined(__GLIBC__) && defined(__linux__)
-  const char* tunables = std::getenv("GLIBC_TUNABLES");
-  if (tunables && std::string_view(tunables).find("glibc.malloc.hugetlb") != std::string_view::npos) return;
-  if (argc < 1 || !is_own_command_line(argc, argv)) return;
-  const std::string value =
-      tunables && *tunables ? std::string(tunables) + ":glibc.malloc.hugetlb=1" : "glibc.malloc.hugetlb=1";
-  if (setenv("GLIBC_TUNABLES", value.c_str(), 1) != 0) return;
-  std::cout.flush();
-  std::cerr.flush();
-  // The binary by its path, so that the process keeps its name.
-  std::error_code error;
-  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
-  execv(!error && std::filesystem::exists(self) ? self.c_str() : "/proc/self/exe", argv);
-  // The restart failed: go on as started (the tunable stays in the
-  // environment, where it only reaches children).
-#else
-  (void)argc;
-  (void)argv;
-#endif
 }
 
 }  // namespace
 
 int run_cli(int argc, char** argv) {
-  restart_with_huge_pages(argc, argv);
-  keep_freed_memory();
-  stop_on_signals();
+  set_up_process(argc, argv);
   const std::string program = argc > 0 && argv[0] && *argv[0] ? argv[0] : "gradeq";
   CLI::App app{"gradeq: do N loss-scaled micro-batches give the same gradients, step and weights as one batch?"};
   app.require_subcommand(1);
@@ -889,13 +660,7 @@ int run_cli(int argc, char** argv) {
   selftest_args.size_given = given(selftest, "--size");
   selftest_args.timeout_given = given(selftest, "--timeout");
   selftest_args.campaign_given = given(selftest, "--campaign");
-  std::uint64_t command = 0xcbf29ce484222325ULL;
-  for (int i = 1; i < argc; ++i)
-    for (const char* c = argv[i];; ++c) {
-      command = (command ^ static_cast<unsigned char>(*c)) * 0x100000001b3ULL;
-      if (!*c) break;
-    }
-  check_args.command = report_args.command = selftest_args.command = command;
+  check_args.command = report_args.command = selftest_args.command = command_line_hash(argc, argv);
 
   try {
     // Under mpirun with several ranks only the data-parallel suite runs:

@@ -184,6 +184,36 @@ PropertyRun check_outcome(const Outcome& o, const std::string& name) {
 
 }  // namespace
 
+std::uint64_t command_line_hash(int argc, const char* const* argv) {
+  std::uint64_t hash = 0xcbf29ce484222325ULL;
+  for (int i = 1; i < argc; ++i)
+    for (const char* c = argv[i];; ++c) {
+      hash = (hash ^ static_cast<unsigned char>(*c)) * 0x100000001b3ULL;
+      if (!*c) break;
+    }
+  return hash;
+}
+
+InputAgreement agree_on_input(Communicator& comm, std::uint64_t command, const std::function<void()>& validate) {
+  std::string problem;
+  try {
+    validate();
+  } catch (const std::invalid_argument& e) {
+    problem = e.what();
+  }
+  const std::vector<std::uint64_t> commands = comm.all_gather(command);
+  for (std::size_t r = 1; r < commands.size() && problem.empty(); ++r)
+    if (commands[r] != commands[0])
+      problem = "rank " + std::to_string(r) + " was started with other arguments than rank 0: every rank of a "
+                "data-parallel run must run the same command";
+  const std::vector<std::uint64_t> bad = comm.all_gather(problem.empty() ? 0 : 1);
+  InputAgreement agreement;
+  for (std::uint64_t b : bad)
+    if (b) agreement.good = false;
+  if (comm.rank() == 0 || bad[0] == 0) agreement.problem = problem;
+  return agreement;
+}
+
 void require_data_parallel_suite(const DataParallelOptions& options, int ranks) {
   for (const ScenarioSpec& base : selected(options))
     for (ShardMode mode : kModes) require_data_parallel(spec_for(base, options, ranks, mode), ranks, mode);

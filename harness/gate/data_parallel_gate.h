@@ -21,10 +21,12 @@
 //                            generates and shrinks the same cases, and rank
 //                            0's outcome decides each
 // Rank 0 computes the references, judges and reports; the other ranks run
-// their part of each window and receive the outcome.
+// their part of each window and receive the outcome. Before any of it the
+// ranks agree that their input is good (agree_on_input).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,6 +46,26 @@ struct DataParallelOptions {
   ErrorModel model;
   std::string program = "gradeq";
 };
+
+// ---- the ranks' agreement on their input, before any work
+
+// The hash (FNV-1a) of a command line's arguments after the program's name:
+// every rank of a data-parallel run must have been started with the same.
+std::uint64_t command_line_hash(int argc, const char* const* argv);
+
+struct InputAgreement {
+  bool good = true;     // no rank found anything wrong
+  std::string problem;  // what this rank is to say (empty: nothing)
+};
+
+// Collective; every rank calls it before any work. `validate` checks this
+// rank's input and throws std::invalid_argument saying what is wrong (any
+// other exception passes through); a rank whose `command` differs from rank
+// 0's has a problem too. The ranks agree whether any found one, so that
+// every rank stops by itself (as bad input, exit 2) without aborting the
+// job, and one says why: rank 0, or when rank 0 found nothing, each rank
+// that found something.
+InputAgreement agree_on_input(Communicator& comm, std::uint64_t command, const std::function<void()>& validate);
 
 // The named checks, in report order.
 const std::vector<std::string>& data_parallel_check_names();
