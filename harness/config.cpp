@@ -132,7 +132,7 @@ ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::
       "weight_decay", "betas", "eps", "clip_max_norm", "warmup_steps", "total_steps", "loss_scale",
       "dynamic_loss_scale", "growth_interval", "compensated", "norm_eps", "batchnorm_momentum", "tf32",
       "reduced_precision_reduction", "checkpoint_every", "growth_factor", "backoff_factor", "batchnorm_mode",
-      "frozen"};
+      "frozen", "accumulation"};
   for (const auto& [key, value] : t)
     if (!known.count(std::string(key.str()))) fail(where, "unknown key '" + std::string(key.str()) + "'");
   for (const char* required : {"name", "input_features", "layers", "split"})
@@ -242,6 +242,12 @@ ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::
     std::sort(s.procedure.frozen.begin(), s.procedure.frozen.end());
   }
   flag("compensated", s.procedure.compensated);
+  if (const toml::node* n = t.get("accumulation"))
+    s.procedure.staged = choose<bool>(text(*n, where, "accumulation"), {{"fused", false}, {"staged", true}}, where,
+                                      "accumulation");
+  if (s.procedure.staged && s.procedure.compensated)
+    fail(where, "accumulation = \"staged\" with compensated = true: Kahan-compensated accumulation stages each "
+                "micro-batch's gradient in float32 already; choose one");
   if (const toml::node* n = t.get("checkpoint_every")) s.checkpoint_every = positive_integer(*n, where, "checkpoint_every");
   // A key that does not apply to what the scenario is would be ignored:
   // refused instead, saying why.
@@ -329,6 +335,7 @@ nlohmann::json scenario_to_json(const ScenarioSpec& s) {
       {"compute_dtype", std::string(dtype_name(s.precision.compute))},
       {"accumulate_dtype", std::string(dtype_name(s.precision.accumulate))},
       {"compensated", p.compensated},
+      {"accumulation", p.staged ? "staged" : "fused"},
       {"tf32", s.precision.tf32},
       {"reduced_precision_reduction", s.precision.reduced_precision_reduction},
       {"optimizer", o.kind == ref::OptimizerKind::sgd ? "sgd" : o.kind == ref::OptimizerKind::adam ? "adam" : "adamw"},

@@ -40,6 +40,7 @@ MemoryUsage loop_memory(const ScenarioSpec& s, long micro_batch_samples) {
       bytes(params, DType::f32) + (compute == DType::f32 ? 0.0 : bytes(params, compute)) + bytes(buffers, DType::f32);
   m[MemoryCategory::gradients] = bytes(params, accumulate);
   if (s.procedure.compensated) m[MemoryCategory::gradients] += bytes(params, DType::f32) + bytes(params, accumulate);
+  if (s.procedure.staged) m[MemoryCategory::gradients] += bytes(params, compute);
   const OptimizerStateUse use = optimizer_state_use(s.procedure.optimizer);
   m[MemoryCategory::optimizer_state] = bytes(params, DType::f32) * ((use.first ? 1.0 : 0.0) + (use.second ? 1.0 : 0.0));
 

@@ -144,6 +144,7 @@ std::string describe_procedure(const ref::ProcedureConfig& p) {
     os << ", loss scale " << p.loss_scaling.scale;
   }
   if (p.compensated) os << ", Kahan-compensated accumulation";
+  if (p.staged) os << ", staged accumulation (each micro-batch's gradient in the compute dtype, then added)";
   if (!p.frozen.empty()) os << ", " << p.frozen.size() << " frozen parameter" << (p.frozen.size() == 1 ? "" : "s");
   if (p.loss_scaling.dynamic && (p.loss_scaling.growth_factor != 2.0 || p.loss_scaling.backoff_factor != 0.5))
     os << ", growth x" << p.loss_scaling.growth_factor << ", backoff x" << p.loss_scaling.backoff_factor;

@@ -142,7 +142,9 @@ void TrainingLoop::allocate(const Scenario& s, long max_rows) {
   const OptimizerStateUse state = optimizer_state_use(s.spec.procedure.optimizer);
   const std::size_t n = layout.size();
   for (auto* list : {&params_, &compute_params_, &grads_}) list->assign(n, Tensor{});
-  for (auto* list : {&staging_, &compensation_}) list->assign(compensated ? n : 0, Tensor{});
+  const bool staged = s.spec.procedure.staged;
+  staging_.assign(compensated || staged ? n : 0, Tensor{});
+  compensation_.assign(compensated ? n : 0, Tensor{});
   first_moment_.assign(state.first ? n : 0, Tensor{});
   second_moment_.assign(state.second ? n : 0, Tensor{});
   const ref::Model& model = model_.emplace(m);
@@ -160,6 +162,7 @@ void TrainingLoop::allocate(const Scenario& s, long max_rows) {
       own(staging_[p], rows, cols, DType::f32, MemoryCategory::gradients);
       own(compensation_[p], rows, cols, accumulate, MemoryCategory::gradients);
     }
+    if (staged) own(staging_[p], rows, cols, compute, MemoryCategory::gradients);
     if (compute == DType::f32) {
       compute_params_[p] = params_[p];
     } else {
@@ -386,7 +389,7 @@ std::vector<float> TrainingLoop::loss_scales(const ref::Batch& window,
 }
 
 double TrainingLoop::micro_batch(const ref::Batch& micro_batch, float scale) {
-  if (!procedure().compensated) return forward_loss_backward(micro_batch, scale, grads_);
+  if (staging_.empty()) return forward_loss_backward(micro_batch, scale, grads_);
   backend_.zero(staging_);
   const double loss = forward_loss_backward(micro_batch, scale, staging_);
   backend_.accumulate(grads_, staging_, compensation_);

@@ -148,7 +148,7 @@ class TrainingLoop {
   std::vector<Tensor> params_;          // master weights, float32
   std::vector<Tensor> compute_params_;  // what forward/backward read (params_ when compute is float32)
   std::vector<Tensor> grads_;           // accumulation buffers
-  std::vector<Tensor> staging_;         // compensated mode: one micro-batch's gradient, float32
+  std::vector<Tensor> staging_;         // staged or compensated: one micro-batch's gradient (compute dtype, or float32)
   std::vector<Tensor> compensation_;    // compensated mode: Kahan terms, accumulation dtype
   std::vector<Tensor> first_moment_, second_moment_;  // optimizer state, float32 (empty when unused)
   std::optional<ref::Model> model_;     // the scenario's, resolved

@@ -115,7 +115,10 @@ rc::Gen<ScenarioSpec> independent_scenario() {
     s.model.input_features = *awkward_width();
     // A third of the models normalize the raw input first (pre-norm).
     if (*rc::gen::inRange(0, 3) == 0) s.model.layers.push_back(layer_of(*rc::gen::element("layernorm", "rmsnorm")));
-    const long hidden_blocks = *rc::gen::inRange<long>(0, 3);
+    // A third of the models have a residual block (below) in place of one
+    // of the hidden blocks, so that models are no larger than chains.
+    const bool residual = *rc::gen::inRange(0, 3) == 0;
+    const long hidden_blocks = *rc::gen::inRange<long>(0, residual ? 2 : 3);
     long features = s.model.input_features;
     for (long b = 0; b < hidden_blocks; ++b) {
       const long width = *awkward_width();
@@ -126,11 +129,10 @@ rc::Gen<ScenarioSpec> independent_scenario() {
       if (drawn.op->normalizes() && *rc::gen::arbitrary<bool>()) s.model.layers.push_back(layer_of("gelu"));
       features = width;
     }
-    // A third of the models go on with a residual block at that width:
-    // pre-LN, x + W2 act(W1 LN(x)) (a transformer's MLP), or
-    // post-activation, relu(x + W2 relu(W1 x)) (a ResNet's), sometimes
-    // with a second one nested in its branch.
-    if (*rc::gen::inRange(0, 3) == 0) {
+    // The residual block, at that width: pre-LN, x + W2 act(W1 LN(x)) (a
+    // transformer's MLP), or post-activation, relu(x + W2 relu(W1 x)) (a
+    // ResNet's), sometimes with a second one nested in its branch.
+    if (residual) {
       const long hidden = *awkward_width();
       std::vector<LayerSpec> branch;
       const bool pre_norm = *rc::gen::arbitrary<bool>();
@@ -258,7 +260,12 @@ rc::Gen<ScenarioSpec> mixed_precision_scenario() {
     if (s.data != DataKind::padded_sequences) s.data = DataKind::normal;  // keep float16 in range
     s.precision.compute = *rc::gen::element(DType::f32, DType::bf16, DType::f16);
     s.precision.accumulate = *rc::gen::element(DType::f32, DType::bf16, DType::f16);
-    s.procedure.compensated = *rc::gen::arbitrary<bool>();
+    // Accumulation: fused (backward adds into the buffer), staged (each
+    // micro-batch's gradient in the compute dtype, then added) or
+    // Kahan-compensated (staged in float32, with a compensation).
+    const int accumulation = *rc::gen::inRange(0, 3);
+    s.procedure.compensated = accumulation == 2;
+    s.procedure.staged = accumulation == 1;
     if (s.precision.compute == DType::f16) {
       ref::LossScaling& ls = s.procedure.loss_scaling;
       ls.dynamic = *rc::gen::arbitrary<bool>();
@@ -272,6 +279,7 @@ rc::Gen<ScenarioSpec> mixed_precision_scenario() {
       ref::ProcedureConfig c = *procedure_config();
       c.loss_scaling = s.procedure.loss_scaling;
       c.compensated = s.procedure.compensated;
+      c.staged = s.procedure.staged;
       return c;
     }();
     return s;

@@ -73,6 +73,12 @@ struct ProcedureConfig {
   // float32 staging buffer, then is added to the accumulation buffer with a
   // compensation term of the buffer's dtype.
   bool compensated = false;
+  // Staged accumulation: each micro-batch's gradient is computed into a
+  // zeroed buffer of the compute dtype, then added to the accumulation
+  // buffer by the multi-tensor accumulate (DeepSpeed's grad_accum_dtype,
+  // Megatron's unfused path); fused (false): backward adds straight into
+  // the accumulation buffer (a weight-gradient GEMM with beta = 1).
+  bool staged = false;
   BatchNormMode batch_norm = BatchNormMode::per_micro_batch;
   // Data parallelism over `ranks` processes (no_sync semantics): a window's
   // micro-batches are cut into `ranks` consecutive groups of equal count,
@@ -367,7 +373,8 @@ WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfi
                                                               exact_bn ? nullptr : &buffers,
                                                               exact_bn ? &window_norms : nullptr, report);
     losses.push_back(pass.loss_sum * scale);
-    for (std::size_t p = 0; p < params.size(); ++p) buffer[p].add(pass.grads[p]);
+    for (std::size_t p = 0; p < params.size(); ++p)
+      buffer[p].add(config.staged ? stored(pass.grads[p], Storage::compute) : pass.grads[p]);
   }
   for (std::size_t p = 0; p < params.size(); ++p) {
     if (ranks == 1) {

@@ -61,6 +61,21 @@ class BfloatAccumulation : public ForwardingBackend {
   }
 };
 
+// B28 — the multi-tensor accumulate skips the last tensor of its list:
+// chunk bookkeeping off by one (the tensors are walked in chunks and the
+// last chunk's count is taken one short). Staged accumulation adds each
+// micro-batch's gradients with it, so one parameter never accumulates.
+class AccumulateSkipsLastTensor : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  void accumulate(std::span<const Tensor> dst, std::span<const Tensor> src,
+                  std::span<const Tensor> compensation) override {
+    if (dst.empty()) return;
+    const std::size_t n = dst.size() - 1;
+    inner_.accumulate(dst.first(n), src.first(n), compensation.empty() ? compensation : compensation.first(n));
+  }
+};
+
 // B19 on a host backend — unsynchronized concurrent accumulate: the bias
 // gradient is summed by several row slices, each adding its partial into
 // db with a plain read-modify-write. A host backend has no concurrent
@@ -113,6 +128,9 @@ std::vector<BackendMutant> single_process_backend_mutants() {
       {{"B16", "accumulation in bfloat16 behind a float32 buffer",
         "Megatron fork PR 146, issue 149; DeepSpeed 1800, PR 2847"},
        backend_of<BfloatAccumulation>()},
+      {{"B28", "the multi-tensor accumulate skips the last tensor of its list (chunk count off by one)",
+        "seen trying a user's own accumulate kernel through the installed package"},
+       backend_of<AccumulateSkipsLastTensor>()},
   };
 }
 

@@ -1,7 +1,8 @@
 // backend_mutants.h — the catalogued bugs that live in a kernel (docs/BUGS.md):
 // each is a ForwardingBackend that wraps the backend under test and breaks
 // one op. B7 (overwrite instead of accumulate), B16 (bfloat16 accumulation
-// behind a float32 buffer), B19 (unsynchronized concurrent accumulate: the
+// behind a float32 buffer), B28 (the multi-tensor accumulate skipping the
+// last tensor), B19 (unsynchronized concurrent accumulate: the
 // real race on the CUDA backend, its lost updates modelled elsewhere). The
 // loop's bugs are in harness/loop_mutants.h; harness/mutants.h lists both.
 // A mutant must never be used for anything but the self-test. Depends on
@@ -30,7 +31,7 @@ struct BackendMutant : BugInfo {
   BackendWrapper wrap;  // the backend under test, broken
 };
 
-// B7 and B16, for any backend.
+// B7, B16 and B28, for any backend.
 std::vector<BackendMutant> single_process_backend_mutants();
 // B19 in the form the backend takes it: the racy kernel on cuda, the
 // race's outcome modelled on any other backend.
