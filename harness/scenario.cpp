@@ -298,7 +298,7 @@ double estimated_peak_bytes(const ScenarioSpec& s) {
   // A weight gradient after a normalizer: the matrix form follows each
   // statistics group's two shared sources (mean, 1/sigma) through dW = dy^T x,
   // a [sources x output] coefficient sum and term count for each operand
-  // (reference/matmul.cpp, pair_sums; kept for every slice of a pass in
+  // (reference/matmul_sources.cpp, pair_sums; kept for every slice of a pass in
   // slices): 2 operands x 2 x 8 bytes x 2 sources x groups per column x in x
   // out. Not where the rule folds them all: more than 16 sources meet each
   // output. Exact zeros in x (after a ReLU) and dy (padded tokens) leave

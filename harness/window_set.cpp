@@ -300,7 +300,7 @@ nlohmann::json read_manifest(const std::filesystem::path& dir) {
     bad("manifest.json", "schema_version " + (m.contains("schema_version") ? m.at("schema_version").dump() : "missing") +
                              ": this gradeq reads versions 3 and " + std::to_string(kWindowSetSchemaVersion) +
                              " (version 2 recorded the gradient after the clip: export the run again with this "
-                             "gradeq's python/gradeq_export.py)");
+                             "gradeq's python/gradeq_export)");
   for (const auto& [key, value] : m.items()) {
     static const std::set<std::string> known = {"format", "schema_version", "run_seed", "scenario", "model",
                                                 "parameters", "buffers", "windows", "initial", "runs", "bounds"};

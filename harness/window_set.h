@@ -1,6 +1,6 @@
 // window_set.h — the one self-describing format for a training run's
 // windows: what `--dump` writes and what `gradeq verify` reads, so that a
-// run made outside gradeq (a PyTorch loop, python/gradeq_export.py) is
+// run made outside gradeq (a PyTorch loop, python/gradeq_export) is
 // judged with the same verdicts and bounds as a backend's.
 //
 // A window set is a directory: manifest.json and NumPy .npy files

@@ -34,7 +34,7 @@ ScopedRoundingModel::~ScopedRoundingModel() { detail::active_rounding_model = pr
 
 // The bits of a finite nonzero double: |x| = mantissa 2^exponent with an
 // integer mantissa (53 bits when normal, fewer when subnormal). Read from
-// the representation: frexp / ldexp calls were a few percent of the
+// the representation: frexp / ldexp calls here cost a few percent of the
 // reference's time.
 namespace {
 struct Bits {

@@ -303,7 +303,7 @@ TEST(Equivalence, ProgressNamesEveryWindowAndMicroBatch) {
 }
 
 // The estimate counts a weight gradient's per-pair sums after a normalizer
-// (reference/matmul.cpp, pair_sums) where the rule follows the statistics
+// (reference/matmul_sources.cpp, pair_sums) where the rule follows the statistics
 // one by one: a GroupNorm over at most 8 samples (two sources each) meets
 // each output with at most 16. A token normalizer's rows meet it with
 // more, and the rule folds them all, also where both operands of dW = dy^T

@@ -176,7 +176,7 @@ TEST(Matmul, ProductsOverManyRowsStatisticsFoldThemAll) {
 // The same weight gradient where both operands hold exact zeros: x after a
 // ReLU (an RMSNorm of it keeps them), dy on padded tokens. An output then
 // meets a row's statistics only where both elements are nonzero, which
-// the matrix form counts per output (reference/matmul.cpp,
+// the matrix form counts per output (reference/matmul_sources.cpp,
 // outputs_that_fold) to fold them all without the per-source sums. Where
 // a unit is all but dead (nonzero in a few rows: a column of x, or a row
 // of dy^T before a ReLU) its outputs meet few sources, the rule follows

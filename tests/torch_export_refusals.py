@@ -1,4 +1,4 @@
-"""Every input python/gradeq_export.py cannot record faithfully is refused
+"""Every input python/gradeq_export cannot record faithfully is refused
 with a ValueError naming the module, tensor or setting: never another
 exception, never a silent record (ctest label torch).
 

@@ -1,5 +1,5 @@
 """Models that are graphs, written as plain nn.Module classes, read by
-python/gradeq_export.py into gradeq's layers (ctest label torch).
+python/gradeq_export into gradeq's layers (ctest label torch).
 
     torch_graph_export.py [GRADEQ]
 

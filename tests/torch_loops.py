@@ -1,5 +1,5 @@
 """PyTorch accumulation loops with one bug each, recorded with
-python/gradeq_export.py and judged by `gradeq verify` (ctest label torch).
+python/gradeq_export and judged by `gradeq verify` (ctest label torch).
 
     torch_loops.py GRADEQ [ROW ...]
 

@@ -1,4 +1,4 @@
-"""A PyTorch accumulation loop, exported with python/gradeq_export.py and
+"""A PyTorch accumulation loop, exported with python/gradeq_export and
 judged by `gradeq verify` (ctest label torch).
 
     torch_verify.py GRADEQ correct|mean_of_means|batchnorm|tf32

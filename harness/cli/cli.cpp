@@ -570,7 +570,7 @@ int run_cli(int argc, char** argv) {
 
   VerifyArgs verify_args;
   CLI::App* verify = app.add_subcommand(
-      "verify", "Judge an external run's window set (manifest.json + .npy, e.g. from python/gradeq_export.py)");
+      "verify", "Judge an external run's window set (manifest.json + .npy, e.g. from python/gradeq_export)");
   verify->add_option("dir", verify_args.dir, "The window set's directory")->required();
   verify->add_option("--error-model", verify_args.error_model, "Error model: probabilistic (default) or deterministic")
       ->check(CLI::IsMember({"deterministic", "probabilistic"}));
