@@ -264,7 +264,7 @@ double estimated_peak_bytes(const ScenarioSpec& s) {
   // three bounded values per row and width of the widest layer. In both
   // runs (in turn, the larger). Fit to peak RSS with a margin of 15 %: the
   // scenarios where activations are most of the peak measured 1.03-1.08x
-  // without it (docs/NUMERICS.md §8).
+  // without it (docs/PERFORMANCE.md §5).
   const double runs = s.reference_runs_in_turn ? 1.0 : 2.0;
   const double activations = 1.15 * (width_sum + 3.0 * width_max) *
                              (s.reference_runs_in_turn ? std::max(rows, micro_batch_rows) : rows + micro_batch_rows) *
@@ -288,7 +288,7 @@ double estimated_peak_bytes(const ScenarioSpec& s) {
   // the five reference runs, the kernel runs' values, the comparisons: 183
   // bytes per recorded element and window measured, 220 with a margin. Fit
   // to peak RSS measured at 768/3072 with 1, 2 and 4 windows, with and
-  // without a clip, and on the scale suite; docs/NUMERICS.md §8.
+  // without a clip, and on the scale suite; docs/PERFORMANCE.md §5.
   const ref::OptimizerSpec& o = s.procedure.optimizer;
   const double moments = o.kind == ref::OptimizerKind::sgd ? (o.momentum > 0.0 ? 1.0 : 0.0) : 2.0;
   const double recorded = 2.0 + moments + (s.procedure.clip.enabled ? 1.0 : 0.0);  // the clipped gradient too

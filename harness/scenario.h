@@ -100,8 +100,8 @@ bool valid_scenario_name(const std::string& name);
 // reference_runs_in_turn) and every
 // window's records of it, the kernel's float32 tensors and the process
 // itself. An upper estimate, to refuse a scenario that cannot fit before
-// it starts: 1.3-1.7x the peak RSS measured on the scale suite and on
-// language-model blocks up to widths 768/3072 (docs/NUMERICS.md §8).
+// it starts: 1.1-1.8x the peak RSS measured on the scale suite and on
+// language-model blocks up to widths 768/3072 (docs/PERFORMANCE.md §5).
 double estimated_peak_bytes(const ScenarioSpec& spec);
 // One line with everything that defines the scenario: model, data, split,
 // procedure, precision, seed.

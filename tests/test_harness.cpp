@@ -310,7 +310,7 @@ TEST(Equivalence, ProgressNamesEveryWindowAndMicroBatch) {
 // x hold exact zeros (x after a ReLU and an RMSNorm of it, dy on padded
 // tokens): outputs_that_fold counts them without the sums. Measured: a
 // padded ReLU-RMSNorm-linear model kept 262 MB of them at 4,096 rows before
-// that count, none after (docs/NUMERICS.md §8).
+// that count, none after (docs/PERFORMANCE.md §2).
 TEST(Equivalence, EstimateCountsPairSumsWhereTheRuleFollowsSources) {
   const auto estimate = [](std::vector<ref::LayerSpec> layers, DataKind data) {
     ScenarioSpec s = *find_scenario(default_scenarios(), "token_ce_padded_uneven");
