@@ -48,7 +48,7 @@ IGNORE_CLASS = -100  # padding tokens, PyTorch's ignore_index
 CLIP_EPSILON = 1e-6  # clip_grad_norm_'s, part of its definition
 
 
-# The config keys a scenario may hold (harness/config.h, README "A config
+# The config keys a scenario may hold (harness/core/config.h, README "A config
 # file"): a misspelt key is refused here, where the loop is, not by verify.
 CONFIG_KEYS = {
     "name", "input_features", "positions", "layers", "loss", "data", "split", "learning_rate", "seed",
@@ -97,7 +97,7 @@ def _name(text, what):
 class WindowSetWriter:
     """The format itself, from NumPy arrays.
 
-    scenario: gradeq config keys (harness/config.h): at least name,
+    scenario: gradeq config keys (harness/core/config.h): at least name,
     input_features, layers, split. Parameter names are gradeq's:
     "layer<l>.weight" / "layer<l>.bias" for the l-th element of `layers`,
     "layer<l>.<j>.weight" for the j-th of a residual's or concat's branch
