@@ -6,7 +6,7 @@
 //   mpirun -np 2 build/gradeq_bench_data_parallel
 //
 // Both loops are first judged on rank 0 against the reference (the
-// data-parallel verdicts of harness/equivalence.h); a loop that fails is not
+// data-parallel verdicts of harness/core/equivalence.h); a loop that fails is not
 // timed. Every rank runs the same fixed number of iterations (collectives
 // must match); rank 0 reports. Counters per window: bytes_reduced (float32
 // payload this rank put into all-reduces), bytes_vs_no_sync (that over
@@ -18,8 +18,8 @@
 
 #include <benchmark/benchmark.h>
 
-#include "harness/data_parallel.h"
-#include "harness/ops/registry.h"
+#include "harness/core/data_parallel.h"
+#include "harness/core/ops/registry.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/mpi/mpi_communicator.h"
 

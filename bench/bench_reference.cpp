@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "bench/ceiling.h"
-#include "harness/ops/registry.h"
+#include "harness/core/ops/registry.h"
 #include "reference/matmul.h"
 #include "reference/procedure.h"
 

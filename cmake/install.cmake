@@ -11,10 +11,12 @@
 #   P/lib/pkgconfig/gradeq.pc  the same for pkg-config
 include(CMakePackageConfigHelpers)
 
-set(GRADEQ_PACKAGE_LIBRARIES gradeq_cli gradeq_reports gradeq_gate gradeq_properties gradeq_harness
+# The mutants (gradeq_mutants, gradeq_kernel_mutants) are libraries of their
+# own, linked by the gate for the self-test; gradeq_harness does not carry them.
+set(GRADEQ_PACKAGE_LIBRARIES gradeq_cli gradeq_reports gradeq_gate gradeq_properties gradeq_mutants gradeq_harness
     gradeq_kernel_mutants gradeq_kernels gradeq_reference)
 if(TARGET gradeq_cuda)
-  list(INSERT GRADEQ_PACKAGE_LIBRARIES 6 gradeq_cuda)  # below the mutants that use it, above the kernels
+  list(INSERT GRADEQ_PACKAGE_LIBRARIES 7 gradeq_cuda)  # below the mutants that use it, above the kernels
 endif()
 if(TARGET gradeq_mpi)
   list(INSERT GRADEQ_PACKAGE_LIBRARIES 1 gradeq_mpi)  # used by the command line only

@@ -6,7 +6,7 @@
 #include <atomic>
 #include <numeric>
 
-#include "harness/ops/registry.h"
+#include "harness/core/ops/registry.h"
 
 namespace gradeq {
 namespace {

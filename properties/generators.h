@@ -2,7 +2,7 @@
 // sizes (1, primes, powers of two and their neighbours), splits (equal,
 // uneven, partial last window, power-of-two), data kinds (normal, wide
 // dynamic range, padded sequences, dyadic). Generators only describe; the
-// scenario's tensors come from its seed (harness/scenario.h), so a shrunk
+// scenario's tensors come from its seed (harness/core/scenario.h), so a shrunk
 // counterexample is a small, readable ScenarioSpec.
 #pragma once
 
@@ -10,7 +10,7 @@
 
 #include <rapidcheck.h>
 
-#include "harness/scenario.h"
+#include "harness/core/scenario.h"
 
 namespace gradeq {
 
@@ -55,7 +55,7 @@ rc::Gen<ScenarioSpec> mixed_precision_scenario();
 // ones, under bfloat16, float16 or float32 compute, with either loss,
 // padded sequences included, half of them with an optimizer procedure.
 rc::Gen<ScenarioSpec> normalized_scenario();
-// What one rank of a data-parallel window runs (harness/data_parallel.h:
+// What one rank of a data-parallel window runs (harness/core/data_parallel.h:
 // the split is one rank's): a mixed-precision scenario without Kahan
 // compensation, over at least two windows, half of them with an optimizer
 // procedure (clipping that binds or none).

@@ -1,6 +1,6 @@
 // memory_properties.cpp — the memory properties: what accumulation and
 // activation checkpointing promise about a run's bytes on the backend
-// (harness/memory.h, docs/NUMERICS.md §13).
+// (harness/core/memory.h, docs/NUMERICS.md §13).
 #include <cmath>
 #include <cstring>
 #include <sstream>

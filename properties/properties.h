@@ -12,7 +12,7 @@
 
 #include <rapidcheck.h>
 
-#include "harness/equivalence.h"
+#include "harness/core/equivalence.h"
 #include "kernels/backend.h"
 
 namespace gradeq {

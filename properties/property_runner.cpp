@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <rapidcheck/detail/Configuration.h>
 
-#include "harness/config.h"
+#include "harness/core/config.h"
 #include "properties/generators.h"
 
 namespace gradeq {

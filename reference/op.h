@@ -2,7 +2,7 @@
 // layernorm, residual, ...) is one record: its config syntax, its
 // parameters and buffers, its output width, and its float64 and bounded
 // forward and backward. The records themselves live with the training
-// loop's calls for the same op (harness/ops/, one file each); the
+// loop's calls for the same op (harness/core/ops/, one file each); the
 // reference sees them only through this interface, so that the model's
 // graph (model.h) and the accumulation procedure (procedure.h) hold no
 // list of kinds.
@@ -22,7 +22,7 @@ namespace gradeq::ref {
 class Op;
 struct Model;
 
-// How a parameter's initial values are drawn (harness/scenario.cpp):
+// How a parameter's initial values are drawn (harness/core/scenario.cpp):
 // `fan_in` N(0, 1/in) (a weight matrix), `small` N(0, 0.1^2) (a bias),
 // `gain` 1 + N(0, 0.1^2) and `shift` N(0, 0.1^2) (a normalizer's affine pair).
 enum class Init { fan_in, small, gain, shift };

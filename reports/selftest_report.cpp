@@ -90,7 +90,7 @@ std::string selftest_markdown(const SelfTestReport& r) {
     md << "**" << (r.passed() ? "PASS" : "FAIL") << "** — backend `" << r.backend << "`, data_parallel suite on "
        << r.ranks << " ranks, seed " << r.seed << ", " << fmt::format("{:.1f}", r.seconds) << " s. Each named "
        << "check runs the suite's scenarios, replicated and sharded, on correct code (it must pass) and with one "
-          "mutant per data-parallel bug (docs/BUGS.md; harness/data_parallel.cpp): each mutant must be caught by "
+          "mutant per data-parallel bug (docs/BUGS.md; harness/core/data_parallel_mutants.cpp): each mutant must be caught by "
           "at least one check.\n\n";
   } else {
     md << "**" << (r.passed() ? "PASS" : "FAIL") << "** — backend `" << r.backend << "`, seed " << r.seed << ", up to "

@@ -4,7 +4,7 @@
 #include <map>
 #include <sstream>
 
-#include "harness/precision_sweep.h"
+#include "harness/core/precision_sweep.h"
 #include "reports/json_number.h"
 #include "reports/report.h"
 

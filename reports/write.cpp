@@ -2,7 +2,7 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "harness/backends.h"
+#include "harness/core/backends.h"
 #include "reports/report.h"
 
 namespace gradeq {

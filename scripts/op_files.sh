@@ -1,6 +1,6 @@
 #!/bin/sh
 # op_files.sh — the source files that define an op: its registry record
-# (harness/ops/), the reference math it calls, and each Backend method it
+# (harness/core/ops/), the reference math it calls, and each Backend method it
 # needs, declared and implemented (kernels/) and tested (the op table).
 #
 #   scripts/op_files.sh OP [BACKEND_METHOD ...]
@@ -13,15 +13,15 @@ cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: $0 OP [BACKEND_METHOD ...]" >&2; exit 2; }
 op=$1
 shift
-record=$(grep -l "name() const override { return \"$op\"; }" harness/ops/*.cpp harness/ops/*.h 2>/dev/null || true)
-[ -n "$record" ] || { echo "$0: no record of op '$op' in harness/ops/" >&2; exit 2; }
+record=$(grep -l "name() const override { return \"$op\"; }" harness/core/ops/*.cpp harness/core/ops/*.h 2>/dev/null || true)
+[ -n "$record" ] || { echo "$0: no record of op '$op' in harness/core/ops/" >&2; exit 2; }
 files=$record
 # The reference functions the record calls (ref::name), where they are defined.
 for f in $(grep -o 'ref::[a-z_]*_\(forward\|backward[a-z_]*\)' $record | sort -u | sed 's/ref:://'); do
   files="$files $(grep -l "^[A-Za-z].* $f(" reference/*.h reference/*.cpp 2>/dev/null || true)"
 done
 for m in "$@"; do
-  files="$files $(grep -l "\b$m(" kernels/*.h kernels/cpu/* kernels/cuda/*.h kernels/cuda/*.cu harness/op_checks.cpp 2>/dev/null || true)"
+  files="$files $(grep -l "\b$m(" kernels/*.h kernels/cpu/* kernels/cuda/*.h kernels/cuda/*.cu harness/core/op_checks.cpp 2>/dev/null || true)"
 done
 echo $files | tr ' ' '\n' | sort -u | sed '/^$/d'
 echo "$(echo $files | tr ' ' '\n' | sort -u | sed '/^$/d' | wc -l) files"

@@ -1,16 +1,27 @@
 # check_layers.cmake — fails when a file includes a header of a higher
 # layer (docs/ARCHITECTURE.md). Run as: cmake -DSOURCE_DIR=<repo> -P check_layers.cmake
 # Layers, lowest first; a file may include its own layer and those below.
-set(layers reference kernels harness properties harness/gate reports harness/cli)
+# Each layer is one folder, and no layer's folder holds another's: a file's
+# layer is the one folder of the list that its path starts with.
+set(layers reference kernels harness/core properties harness/gate reports harness/cli)
+
+foreach(a IN LISTS layers)
+  foreach(b IN LISTS layers)
+    string(FIND "${b}/" "${a}/" at)
+    if(NOT a STREQUAL b AND at EQUAL 0)
+      message(FATAL_ERROR "layer ${b} lies inside layer ${a}: a file's layer would be ambiguous")
+    endif()
+  endforeach()
+endforeach()
 
 function(layer_of path out)
   set(found -1)
   set(index 0)
   foreach(layer IN LISTS layers)
-    string(LENGTH "${layer}/" n)
-    string(SUBSTRING "${path}" 0 ${n} prefix)
-    if(prefix STREQUAL "${layer}/")
-      set(found ${index})  # the longest matching layer wins: later entries are deeper folders
+    string(FIND "${path}" "${layer}/" at)
+    if(at EQUAL 0)
+      set(found ${index})
+      break()
     endif()
     math(EXPR index "${index} + 1")
   endforeach()
@@ -18,12 +29,20 @@ function(layer_of path out)
 endfunction()
 
 set(violations 0)
+set(outside 0)
 set(checked 0)
+# Every source file under the layers' top folders: one outside every layer
+# (at harness/'s root, say) is an error too.
 foreach(top reference kernels harness properties reports)
   file(GLOB_RECURSE files RELATIVE "${SOURCE_DIR}" "${SOURCE_DIR}/${top}/*.h" "${SOURCE_DIR}/${top}/*.cpp"
        "${SOURCE_DIR}/${top}/*.cu" "${SOURCE_DIR}/${top}/*.cuh" "${SOURCE_DIR}/${top}/*.in")
   foreach(file IN LISTS files)
     layer_of("${file}" file_layer)
+    if(file_layer EQUAL -1)
+      message(SEND_ERROR "${file} lies in no layer (${layers})")
+      math(EXPR outside "${outside} + 1")
+      continue()
+    endif()
     file(STRINGS "${SOURCE_DIR}/${file}" includes REGEX "^#include \"")
     foreach(line IN LISTS includes)
       string(REGEX REPLACE "^#include \"([^\"]+)\".*" "\\1" included "${line}")
@@ -41,4 +60,4 @@ endforeach()
 if(checked EQUAL 0)
   message(FATAL_ERROR "no includes found under ${SOURCE_DIR}: the check would prove nothing")
 endif()
-message(STATUS "layers: ${checked} includes checked, ${violations} upward")
+message(STATUS "layers: ${checked} includes checked, ${violations} upward, ${outside} files in no layer")

@@ -19,8 +19,8 @@
 #include <thread>
 #include <vector>
 
-#include "harness/config.h"
-#include "harness/equivalence.h"
+#include "harness/core/config.h"
+#include "harness/core/equivalence.h"
 #include "kernels/cpu/cpu_backend.h"
 
 namespace {

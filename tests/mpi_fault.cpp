@@ -10,8 +10,8 @@
 #include <string>
 #include <thread>
 
-#include "harness/data_parallel.h"
-#include "harness/suite.h"
+#include "harness/core/data_parallel.h"
+#include "harness/core/suite.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/mpi/mpi_communicator.h"
 

@@ -14,8 +14,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "harness/backends.h"
-#include "harness/tolerance.h"
+#include "harness/core/backends.h"
+#include "harness/core/tolerance.h"
 #include "reference/bounded.h"
 #include "reference/tensor.h"
 

@@ -1,6 +1,6 @@
 // Each op of every backend (cpu; cuda where a device is present, skipped
 // with the reason otherwise) against the float64 reference op: the op
-// table (harness/op_checks.h) in every dtype, and the conventions the table
+// table (harness/core/op_checks.h) in every dtype, and the conventions the table
 // does not show — explicit zeroing, finiteness, stores that round, shape
 // errors, empty dimensions, multi-tensor launches with vector bodies and
 // scalar tails, mixed-dtype inputs, Kahan compensation, determinism.
@@ -8,9 +8,9 @@
 #include <limits>
 #include <random>
 
-#include "harness/training_loop.h"
-#include "harness/backends.h"
-#include "harness/op_checks.h"
+#include "harness/core/training_loop.h"
+#include "harness/core/backends.h"
+#include "harness/core/op_checks.h"
 #include "kernels/check.h"
 #include "reference/layers.h"
 #include "reference/losses.h"
@@ -260,7 +260,7 @@ TEST_P(BackendOps, DeterministicModeRepeatsBitwise) {
 INSTANTIATE_TEST_SUITE_P(Backends, BackendOps, ::testing::Values("cpu", "cuda"),
                          [](const auto& info) { return info.param; });
 
-// Every entry of the op table (harness/op_checks.h) on every backend, at
+// Every entry of the op table (harness/core/op_checks.h) on every backend, at
 // each of its test sizes and in every compute dtype: within the bound the
 // error model gives the op, never NaN, never an all-zero expectation.
 class OpTable : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};

@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "harness/tolerance.h"
+#include "harness/core/tolerance.h"
 #include "kernels/element_math.h"
 #include "reference/bounded.h"
 #include "reference/dot.h"

@@ -6,10 +6,11 @@
 #include <stdexcept>
 #include <string>
 
-#include "harness/data_parallel.h"
-#include "harness/ops/registry.h"
-#include "harness/reference_run.h"
-#include "harness/suite.h"
+#include "harness/core/data_parallel.h"
+#include "harness/core/data_parallel_mutants.h"
+#include "harness/core/ops/registry.h"
+#include "harness/core/reference_run.h"
+#include "harness/core/suite.h"
 #include "kernels/communicator.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "support.h"

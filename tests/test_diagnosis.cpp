@@ -1,4 +1,4 @@
-// What a failing verdict says about its bug (harness/diagnosis.h): each
+// What a failing verdict says about its bug (harness/core/diagnosis.h): each
 // diagnosis is shown on the mutant it exists for, and correct code gets
 // none.
 #include <cmath>
@@ -6,8 +6,8 @@
 
 #include <gtest/gtest.h>
 
-#include "harness/mutants.h"
-#include "harness/suite.h"
+#include "harness/core/mutants.h"
+#include "harness/core/suite.h"
 #include "kernels/cpu/cpu_backend.h"
 
 namespace gradeq {

@@ -4,9 +4,9 @@
 
 #include <gtest/gtest.h>
 
-#include "harness/config.h"
-#include "harness/ops/registry.h"
-#include "harness/training_loop.h"
+#include "harness/core/config.h"
+#include "harness/core/ops/registry.h"
+#include "harness/core/training_loop.h"
 #include "reference/model.h"
 
 namespace gradeq {

@@ -13,15 +13,15 @@
 #include <thread>
 #include <vector>
 
-#include "harness/backends.h"
-#include "harness/ops/registry.h"
-#include "harness/compare.h"
-#include "harness/config.h"
-#include "harness/equivalence.h"
+#include "harness/core/backends.h"
+#include "harness/core/ops/registry.h"
+#include "harness/core/compare.h"
+#include "harness/core/config.h"
+#include "harness/core/equivalence.h"
 #include "harness/gate/gate.h"
 #include "harness/gate/selftest.h"
 #include "harness/gate/worker.h"
-#include "harness/suite.h"
+#include "harness/core/suite.h"
 #include "reports/report.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "support.h"

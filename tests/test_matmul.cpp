@@ -12,8 +12,8 @@
 #include <random>
 #include <stdexcept>
 
-#include "harness/reference_run.h"
-#include "harness/suite.h"
+#include "harness/core/reference_run.h"
+#include "harness/core/suite.h"
 #include "reference/dot.h"
 #include "reference/layers.h"
 #include "reference/matmul.h"

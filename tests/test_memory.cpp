@@ -5,13 +5,13 @@
 
 #include <gtest/gtest.h>
 
-#include "harness/equivalence.h"
-#include "harness/ops/registry.h"
-#include "harness/loop_mutants.h"
-#include "harness/memory.h"
-#include "harness/mutants.h"
-#include "harness/suite.h"
-#include "harness/training_loop.h"
+#include "harness/core/equivalence.h"
+#include "harness/core/ops/registry.h"
+#include "harness/core/loop_mutants.h"
+#include "harness/core/memory.h"
+#include "harness/core/mutants.h"
+#include "harness/core/suite.h"
+#include "harness/core/training_loop.h"
 #include "kernels/cpu/cpu_backend.h"
 
 namespace gradeq {

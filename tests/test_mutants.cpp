@@ -7,11 +7,11 @@
 
 #include <gtest/gtest.h>
 
-#include "harness/backends.h"
-#include "harness/suite.h"
+#include "harness/core/backends.h"
+#include "harness/core/suite.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "harness/gate/selftest.h"
-#include "harness/mutants.h"
+#include "harness/core/mutants.h"
 #include "properties/properties.h"
 #include "support.h"
 

@@ -3,9 +3,9 @@
 // stay within float64 rounding (checked against the reference's own bound).
 #include <gtest/gtest.h>
 
-#include "harness/norm_sweep.h"
-#include "harness/reference_run.h"
-#include "harness/tolerance.h"
+#include "harness/core/norm_sweep.h"
+#include "harness/core/reference_run.h"
+#include "harness/core/tolerance.h"
 
 namespace gradeq {
 namespace {

@@ -3,7 +3,7 @@
 #include <random>
 
 #include "reference/layers.h"
-#include "harness/ops/registry.h"
+#include "harness/core/ops/registry.h"
 #include "reference/losses.h"
 #include "reference/model.h"
 #include "reference/procedure.h"

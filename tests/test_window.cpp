@@ -2,9 +2,9 @@
 // dynamic loss scaler's bookkeeping, clipping that binds.
 #include <gtest/gtest.h>
 
-#include "harness/equivalence.h"
-#include "harness/precision_sweep.h"
-#include "harness/suite.h"
+#include "harness/core/equivalence.h"
+#include "harness/core/precision_sweep.h"
+#include "harness/core/suite.h"
 #include "kernels/cpu/cpu_backend.h"
 
 namespace gradeq {

@@ -1,4 +1,4 @@
-// The window-set format (harness/window_set.h): what --dump writes, verify
+// The window-set format (harness/core/window_set.h): what --dump writes, verify
 // reads back and judges exactly as check did; a perturbed gradient fails
 // with its parameter, window and element named; every class of bad input
 // is refused with the file named.
@@ -10,11 +10,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/config.h"
+#include "harness/core/config.h"
 #include "harness/gate/gate.h"
-#include "harness/npy.h"
-#include "harness/suite.h"
-#include "harness/window_set.h"
+#include "harness/core/npy.h"
+#include "harness/core/suite.h"
+#include "harness/core/window_set.h"
 #include "kernels/cpu/cpu_backend.h"
 
 namespace gradeq {

@@ -1,5 +1,5 @@
 // cli.h — the `gradeq` command line as a function: check, report, sweep,
-// selftest and list, with every backend of harness/backends.h (built in,
+// selftest and list, with every backend of harness/core/backends.h (built in,
 // and any a program registered before the call). Returns the exit code:
 // 0 pass, 1 verification failure, 2 bad usage or input, 3 environment.
 #pragma once

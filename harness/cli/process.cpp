@@ -18,7 +18,7 @@
 #include <string_view>
 #include <system_error>
 
-#include "harness/backends.h"
+#include "harness/core/backends.h"
 #if GRADEQ_HAVE_MPI
 #include "kernels/mpi/mpi_communicator.h"
 #endif

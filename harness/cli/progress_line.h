@@ -3,7 +3,7 @@
 // 30 seconds.
 #pragma once
 
-#include "harness/progress.h"
+#include "harness/core/progress.h"
 
 namespace gradeq {
 

@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "harness/suite.h"
+#include "harness/core/suite.h"
 
 namespace gradeq::testing {
 namespace {

@@ -2,9 +2,9 @@
 // is caught: a float32 buffer declared over a compute dtype, N micro-batches.
 #include <algorithm>
 
-#include "harness/ops/registry.h"
+#include "harness/core/ops/registry.h"
 #include "harness/gate/selftest_parts.h"
-#include "harness/mutants.h"
+#include "harness/core/mutants.h"
 
 namespace gradeq::selftest_parts {
 

@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 
 #include "harness/gate/selftest_parts.h"
-#include "harness/mutants.h"
+#include "harness/core/mutants.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "reference/parallel.h"
 

@@ -1,9 +1,10 @@
 // catalogue.cpp — the catalogue `gradeq list` shows.
 #include "harness/gate/catalogue.h"
 
-#include "harness/data_parallel.h"
-#include "harness/mutants.h"
-#include "harness/suite.h"
+#include "harness/core/data_parallel.h"
+#include "harness/core/data_parallel_mutants.h"
+#include "harness/core/mutants.h"
+#include "harness/core/suite.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "properties/properties.h"
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/backends.h"
+#include "harness/core/backends.h"
 
 namespace gradeq {
 

@@ -6,7 +6,8 @@
 #include <functional>
 #include <stdexcept>
 
-#include "harness/suite.h"
+#include "harness/core/data_parallel_mutants.h"
+#include "harness/core/suite.h"
 #include "properties/generators.h"
 #include "properties/property_runner.h"
 

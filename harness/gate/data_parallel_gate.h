@@ -3,8 +3,8 @@
 // data_parallel`).
 //
 // Each scenario of the suite runs twice on the W ranks, replicated and
-// sharded (harness/data_parallel.h), and is judged by the verdicts of
-// harness/equivalence.h against the single-process full batch of the same
+// sharded (harness/core/data_parallel.h), and is judged by the verdicts of
+// harness/core/equivalence.h against the single-process full batch of the same
 // global window; then a property runs the same verdicts replicated on
 // random cases. Five named checks:
 //   DataParallelEquivalence  every replicated run's verdicts pass
@@ -30,10 +30,10 @@
 #include <string>
 #include <vector>
 
-#include "harness/data_parallel.h"
+#include "harness/core/data_parallel.h"
 #include "harness/gate/gate.h"
 #include "harness/gate/selftest.h"
-#include "harness/progress.h"
+#include "harness/core/progress.h"
 
 namespace gradeq {
 

@@ -9,7 +9,7 @@
 #include <stdexcept>
 
 #include "harness/gate/worker.h"
-#include "harness/suite.h"
+#include "harness/core/suite.h"
 #include "reference/parallel.h"
 
 namespace gradeq {

@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "harness/equivalence.h"
-#include "harness/norm_sweep.h"
-#include "harness/precision_sweep.h"
-#include "harness/progress.h"
-#include "harness/window_set.h"
+#include "harness/core/equivalence.h"
+#include "harness/core/norm_sweep.h"
+#include "harness/core/precision_sweep.h"
+#include "harness/core/progress.h"
+#include "harness/core/window_set.h"
 #include "properties/generators.h"
 #include "properties/property_runner.h"
 
@@ -96,13 +96,13 @@ CheckReport run_gate(const GateOptions& options, Backend& backend, const LoopFac
 ScenarioResult verify_window_set(const WindowSet& set, const ErrorModel& model);
 
 // `gradeq verify`: judges the external run of a window set
-// (harness/window_set.h) with the gate's verdicts, as a report of one
+// (harness/core/window_set.h) with the gate's verdicts, as a report of one
 // scenario whose backend is "external". WindowSetError on bad input.
 CheckReport run_verify(const std::filesystem::path& dir, const ErrorModel& model, const ProgressSink& progress = {},
                        double max_memory_bytes = 0.0);
 
 // Runs the one scenario `name` of the gate's suite (with the gate's seed)
-// and writes it into dir as a window set (harness/window_set.h). Returns the number of
+// and writes it into dir as a window set (harness/core/window_set.h). Returns the number of
 // files written.
 int dump_scenario_run(const GateOptions& options, Backend& backend, const std::string& name,
                       const std::filesystem::path& dir);

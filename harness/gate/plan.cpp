@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "harness/training_loop.h"
+#include "harness/core/training_loop.h"
 
 namespace gradeq {
 

@@ -4,7 +4,7 @@
 // replaces.
 //
 //   1. measure the peak of one micro-batch at three sizes and fit fixed +
-//      per-sample bytes (harness/memory.h);
+//      per-sample bytes (harness/core/memory.h);
 //   2. take the largest micro-batch b whose predicted peak fits the budget
 //      less a margin, and N = ceil(E / b) micro-batches: N - 1 of b and the
 //      rest last (global-count normalization keeps an uneven last one
@@ -17,9 +17,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include "harness/equivalence.h"
-#include "harness/memory.h"
-#include "harness/progress.h"
+#include "harness/core/equivalence.h"
+#include "harness/core/memory.h"
+#include "harness/core/progress.h"
 
 namespace gradeq {
 

@@ -7,9 +7,9 @@
 #include <chrono>
 
 #include "harness/gate/selftest_parts.h"
-#include "harness/memory.h"
-#include "harness/mutants.h"
-#include "harness/tolerance.h"
+#include "harness/core/memory.h"
+#include "harness/core/mutants.h"
+#include "harness/core/tolerance.h"
 
 namespace gradeq {
 namespace selftest_parts {

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "harness/equivalence.h"
-#include "harness/progress.h"
+#include "harness/core/equivalence.h"
+#include "harness/core/progress.h"
 #include "properties/generators.h"
 #include "properties/property_runner.h"
 

@@ -7,7 +7,7 @@
 // so results are bitwise identical run to run; the racy B19 mutant
 // (kernels/mutants/racy_bias_cuda.cu) is not.
 // Built only when nvcc is found; must not be included by host-only code
-// except through harness/backends.
+// except through harness/core/backends.
 #pragma once
 
 #include <map>

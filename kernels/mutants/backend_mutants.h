@@ -4,7 +4,7 @@
 // behind a float32 buffer), B28 (the multi-tensor accumulate skipping the
 // last tensor), B19 (unsynchronized concurrent accumulate: the
 // real race on the CUDA backend, its lost updates modelled elsewhere). The
-// loop's bugs are in harness/loop_mutants.h; harness/mutants.h lists both.
+// loop's bugs are in harness/core/loop_mutants.h; harness/core/mutants.h lists both.
 // A mutant must never be used for anything but the self-test. Depends on
 // kernels/ only.
 #pragma once

@@ -11,14 +11,15 @@ SCHEMA_VERSION = 4
 IGNORE_CLASS = -100  # padding tokens, PyTorch's ignore_index
 
 
-# The config keys a scenario may hold (harness/config.h, README "A config
+# The config keys a scenario may hold (harness/core/config.h, README "A config
 # file"): a misspelt key is refused here, where the loop is, not by verify.
 CONFIG_KEYS = {
     "name", "input_features", "positions", "layers", "loss", "data", "split", "learning_rate", "seed",
     "normalization", "compute_dtype", "accumulate_dtype", "optimizer", "momentum", "dampening", "nesterov",
     "weight_decay", "betas", "eps", "clip_max_norm", "warmup_steps", "total_steps", "loss_scale",
     "dynamic_loss_scale", "growth_interval", "compensated", "norm_eps", "batchnorm_momentum", "tf32",
-    "reduced_precision_reduction", "checkpoint_every", "growth_factor", "backoff_factor", "batchnorm_mode", "frozen"}
+    "reduced_precision_reduction", "checkpoint_every", "growth_factor", "backoff_factor", "batchnorm_mode", "frozen",
+    "accumulation"}
 
 
 def _file(run, window, tensor):
@@ -60,7 +61,7 @@ def _name(text, what):
 class WindowSetWriter:
     """The format itself, from NumPy arrays.
 
-    scenario: gradeq config keys (harness/config.h): at least name,
+    scenario: gradeq config keys (harness/core/config.h): at least name,
     input_features, layers, split. Parameter names are gradeq's:
     "layer<l>.weight" / "layer<l>.bias" for the l-th element of `layers`,
     "layer<l>.<j>.weight" for the j-th of a residual's or concat's branch

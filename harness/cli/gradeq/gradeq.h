@@ -26,7 +26,7 @@
 // per property. Programs that drive the gate themselves call run_gate().
 #pragma once
 
-#include "harness/backends.h"           // register_backend, make_backend, EnvironmentError
+#include "harness/core/backends.h"           // register_backend, make_backend, EnvironmentError
 #include "harness/cli/cli.h"            // run_cli
 #include "harness/gate/gate.h"          // run_gate, GateOptions, CheckReport
 #include "kernels/backend.h"            // Backend, Tensor, DType and the op arguments
