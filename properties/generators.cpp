@@ -115,10 +115,14 @@ rc::Gen<ScenarioSpec> independent_scenario() {
     s.model.input_features = *awkward_width();
     // A third of the models normalize the raw input first (pre-norm).
     if (*rc::gen::inRange(0, 3) == 0) s.model.layers.push_back(layer_of(*rc::gen::element("layernorm", "rmsnorm")));
-    // A fifth of the models have a residual block (below) in place of one
-    // of the hidden blocks, so that models are no larger than chains.
-    const bool residual = *rc::gen::inRange(0, 5) == 0;
-    const long hidden_blocks = *rc::gen::inRange<long>(0, residual ? 2 : 3);
+    // A fifth of the models are a block with a skip connection in place of
+    // the hidden blocks (two linears, as the largest chain):
+    //   residual, pre-LN: x + W2 act(W1 LN(x)) (a transformer's MLP);
+    //   residual, post-activation: relu(x + W2 relu(W1 x)) (a ResNet's);
+    //   concat: [x, act(W1 x)] (a U-Net's decoder reading its encoder).
+    // A quarter of the residual branches hold a second, nested residual.
+    const bool skip = *rc::gen::inRange(0, 5) == 0;
+    const long hidden_blocks = skip ? 0 : *rc::gen::inRange<long>(0, 3);
     long features = s.model.input_features;
     for (long b = 0; b < hidden_blocks; ++b) {
       const long width = *awkward_width();
@@ -129,21 +133,22 @@ rc::Gen<ScenarioSpec> independent_scenario() {
       if (drawn.op->normalizes() && *rc::gen::arbitrary<bool>()) s.model.layers.push_back(layer_of("gelu"));
       features = width;
     }
-    // The residual block, at that width: pre-LN, x + W2 act(W1 LN(x)) (a
-    // transformer's MLP), or post-activation, relu(x + W2 relu(W1 x)) (a
-    // ResNet's), sometimes with a second one nested in its branch.
-    if (residual) {
+    if (skip) {
       const long hidden = *awkward_width();
+      const int shape = *rc::gen::inRange(0, 3);
       std::vector<LayerSpec> branch;
-      const bool pre_norm = *rc::gen::arbitrary<bool>();
-      if (pre_norm) branch.push_back(layer_of("layernorm"));
+      if (shape == 0) branch.push_back(layer_of("layernorm"));
       branch.push_back(layer_of("linear", hidden));
-      branch.push_back(layer_of(pre_norm ? *rc::gen::element("gelu", "gelu_erf", "relu") : "relu"));
-      if (*rc::gen::inRange(0, 4) == 0)
-        branch.push_back(combinator_of("residual", {layer_of("rmsnorm"), layer_of("linear", hidden)}));
-      branch.push_back(layer_of("linear", features));
-      s.model.layers.push_back(combinator_of("residual", std::move(branch)));
-      if (!pre_norm) s.model.layers.push_back(layer_of("relu"));
+      branch.push_back(layer_of(shape == 0 ? *rc::gen::element("gelu", "gelu_erf", "relu") : "relu"));
+      if (shape == 2) {
+        s.model.layers.push_back(combinator_of("concat", std::move(branch)));
+      } else {
+        if (*rc::gen::inRange(0, 4) == 0)
+          branch.push_back(combinator_of("residual", {layer_of("rmsnorm"), layer_of("linear", hidden)}));
+        branch.push_back(layer_of("linear", features));
+        s.model.layers.push_back(combinator_of("residual", std::move(branch)));
+        if (shape == 1) s.model.layers.push_back(layer_of("relu"));
+      }
     }
     const long outputs = s.model.loss == ref::LossKind::cross_entropy ? *rc::gen::inRange<long>(2, 12)
                                                                       : *rc::gen::inRange<long>(1, 6);
@@ -155,8 +160,8 @@ rc::Gen<ScenarioSpec> independent_scenario() {
                                               : *rc::gen::element(DataKind::normal, DataKind::wide_range);
     // Small integers in a residual stream make rows whose normalizer
     // divides by an uncertain zero: such a case is ill-conditioned and
-    // decides nothing (NUMERICS §7). Models with a residual get normal data.
-    if (s.data == DataKind::dyadic && residual) s.data = DataKind::normal;
+    // decides nothing (NUMERICS §7). Models with a skip get normal data.
+    if (s.data == DataKind::dyadic && skip) s.data = DataKind::normal;
     s.split = *any_split();
     s.seed = *seed();
     return s;
