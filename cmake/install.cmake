@@ -58,7 +58,7 @@ endif()
 
 foreach(layer reference kernels harness properties reports)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${layer}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/gradeq/${layer}
-          FILES_MATCHING PATTERN "*.h" PATTERN "*.cuh" PATTERN "cli/gradeq" EXCLUDE)
+          FILES_MATCHING PATTERN "*.h" PATTERN "*.cuh" PATTERN "*.def" PATTERN "cli/gradeq" EXCLUDE)
 endforeach()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/harness/cli/gradeq/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/gradeq
         FILES_MATCHING PATTERN "*.h")

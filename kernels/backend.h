@@ -12,7 +12,9 @@
 //     explicit (zero()); nothing is zeroed behind the caller's back.
 //   * Statistics of normalizers are two-pass or Welford, never E[x^2]-E[x]^2
 //     (docs/NUMERICS.md assumes it).
-// A user overrides the ops they own and inherits the rest from a backend.
+// The ops themselves, with their contracts, are listed in backend_ops.def;
+// this class makes each a pure virtual method. A user overrides the ops
+// they own and inherits the rest from a backend (or ForwardingBackend).
 #pragma once
 
 #include <cstddef>
@@ -80,65 +82,19 @@ class Backend {
   // Host floats into t, rounded to t.dtype; and back.
   virtual void upload(const Tensor& dst, std::span<const float> host) = 0;
   virtual void download(const Tensor& src, std::span<float> host) = 0;
-  virtual void fill(const Tensor& t, float value) = 0;
-  // dst = src rounded to dst.dtype (same shape).
-  virtual void convert(const Tensor& src, const Tensor& dst) = 0;
-  // Columns [dst_first, dst_first + count) of dst = columns [src_first,
-  // src_first + count) of src, every row, rounded to dst.dtype (overwrite):
-  // a concatenation on the feature axis, and its backward.
-  virtual void copy_columns(const Tensor& src, long src_first, const Tensor& dst, long dst_first, long count) = 0;
   // Bytes this backend holds now: the tensors it allocated plus any
   // workspace of its own (GEMM results, staging, reduction partials). Peak:
   // the most it held since construction or the last reset_peak_bytes(),
   // which also drops cached workspace so that the next measurement sees it
-  // allocated again (harness/core/memory.h measures a run this way).
+  // allocated again (harness/core/memory/measure.h measures a run this way).
   virtual std::size_t live_bytes() const = 0;
   virtual std::size_t peak_bytes() const = 0;
   virtual void reset_peak_bytes() = 0;
 
-  // ---- linear: y = x w^T + b (overwrite); dx = dy w (overwrite);
-  //      dw += dy^T x and db += column sums of dy (accumulate).
-  virtual void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) = 0;
-  virtual void linear_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx) = 0;
-  virtual void linear_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) = 0;
-
-  // ---- activations (overwrite)
-  virtual void activation_forward(Activation a, const Tensor& x, const Tensor& y) = 0;
-  virtual void activation_backward(Activation a, const Tensor& x, const Tensor& dy, const Tensor& dx) = 0;
-
-  // ---- normalizers. saved_mean / saved_rstd (float32, one per statistics
-  // group) are written by forward and read by backward. running_mean /
-  // running_var are updated only for batch norm and only when non-empty.
-  // beta / dbeta are empty for rms. dgamma, dbeta accumulate; dx overwrites.
-  virtual void norm_forward(const NormConfig& c, const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                            const Tensor& y, const Tensor& saved_mean, const Tensor& saved_rstd,
-                            const Tensor& running_mean, const Tensor& running_var) = 0;
-  virtual void norm_backward(const NormConfig& c, const Tensor& x, const Tensor& gamma, const Tensor& dy,
-                             const Tensor& saved_mean, const Tensor& saved_rstd, const Tensor& dx,
-                             const Tensor& dgamma, const Tensor& dbeta) = 0;
-
-  // ---- losses: returns the SUM of per-row losses over counted rows and
-  // writes dy = scale * d(sum)/dy (overwrite; 0 on ignored rows).
-  virtual double loss_forward_backward(LossKind k, const Tensor& y, const Tensor& targets, float scale,
-                                       const Tensor& dy) = 0;
-
-  // ---- many tensors at once
-  virtual void zero(std::span<const Tensor> ts) = 0;
-  virtual void scale(std::span<const Tensor> ts, float s) = 0;
-  // dst[i] += src[i]; with compensation non-empty, Kahan-compensated:
-  // compensation[i] carries the rounding error lost by dst[i].
-  virtual void accumulate(std::span<const Tensor> dst, std::span<const Tensor> src,
-                          std::span<const Tensor> compensation) = 0;
-  // sqrt(sum of squares of every element of every tensor), float32 accumulation.
-  virtual float global_norm(std::span<const Tensor> ts) = 0;
-  virtual bool all_finite(std::span<const Tensor> ts) = 0;
-
-  // ---- optimizer: one step on every parameter. first_moment and
-  // second_moment are the optimizer's per-parameter state: SGD's momentum
-  // buffer (first; unused without momentum), Adam's m (first) and v (second).
-  virtual void optimizer_step(const OptimizerStep& step, std::span<const Tensor> params,
-                              std::span<const Tensor> grads, std::span<const Tensor> first_moment,
-                              std::span<const Tensor> second_moment) = 0;
+  // ---- the ops, listed with their contracts in kernels/backend_ops.def
+#define GRADEQ_BACKEND_OP(R, NAME, PARAMETERS, ARGUMENTS) virtual R NAME PARAMETERS = 0;
+#include "kernels/backend_ops.def"
+#undef GRADEQ_BACKEND_OP
 
   // ---- determinism: when on, results are bitwise identical run to run.
   virtual void set_deterministic(bool on) = 0;

@@ -1,10 +1,11 @@
 // memory_properties.cpp — the memory properties: what accumulation and
 // activation checkpointing promise about a run's bytes on the backend
-// (harness/core/memory.h, docs/NUMERICS.md §13).
+// (harness/core/memory/, docs/NUMERICS.md §13).
 #include <cmath>
 #include <cstring>
 #include <sstream>
 
+#include "harness/core/memory/loop_plan.h"
 #include "properties/properties.h"
 
 namespace gradeq {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "harness/core/config.h"
+#include "harness/core/memory/reference_estimate.h"
 #include "harness/core/equivalence.h"
 #include "kernels/cpu/cpu_backend.h"
 

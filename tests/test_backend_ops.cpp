@@ -1,17 +1,20 @@
 // Each op of every backend (cpu; cuda where a device is present, skipped
 // with the reason otherwise) against the float64 reference op: the op
-// table (harness/core/op_checks.h) in every dtype, and the conventions the table
+// table (harness/core/op_table.h) in every dtype, and the conventions the table
 // does not show — explicit zeroing, finiteness, stores that round, shape
 // errors, empty dimensions, multi-tensor launches with vector bodies and
 // scalar tails, mixed-dtype inputs, Kahan compensation, determinism.
 #include <cmath>
 #include <limits>
 #include <random>
+#include <set>
 
 #include "harness/core/training_loop.h"
 #include "harness/core/backends.h"
-#include "harness/core/op_checks.h"
+#include "harness/core/op_table.h"
 #include "kernels/check.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/forwarding_backend.h"
 #include "reference/layers.h"
 #include "reference/losses.h"
 #include "reference/optimizers.h"
@@ -260,7 +263,7 @@ TEST_P(BackendOps, DeterministicModeRepeatsBitwise) {
 INSTANTIATE_TEST_SUITE_P(Backends, BackendOps, ::testing::Values("cpu", "cuda"),
                          [](const auto& info) { return info.param; });
 
-// Every entry of the op table (harness/core/op_checks.h) on every backend, at
+// Every entry of the op table (harness/core/op_table.h) on every backend, at
 // each of its test sizes and in every compute dtype: within the bound the
 // error model gives the op, never NaN, never an all-zero expectation.
 class OpTable : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
@@ -283,6 +286,88 @@ std::vector<std::string> op_names() {
   std::vector<std::string> names;
   for (const OpSpec& op : op_table()) names.push_back(op.name);
   return names;
+}
+
+// A host backend that records which ops of kernels/backend_ops.def it is
+// asked to run while `recording` is on.
+class RecordingBackend : public ForwardingBackend {
+ public:
+  explicit RecordingBackend(Backend& inner) : ForwardingBackend(inner) {}
+  bool recording = false;
+  std::set<std::string> called;
+#define GRADEQ_BACKEND_OP(R, NAME, PARAMETERS, ARGUMENTS) \
+  R NAME PARAMETERS override {                              \
+    if (recording) called.insert(#NAME);                   \
+    return ForwardingBackend::NAME ARGUMENTS;              \
+  }
+#include "kernels/backend_ops.def"
+#undef GRADEQ_BACKEND_OP
+};
+
+// The ops of kernels/backend_ops.def that no entry of `table` runs (its
+// run(), not the preparation or the comparison around it).
+std::vector<std::string> ops_not_run(const std::vector<OpSpec>& table) {
+  CpuBackend cpu;
+  RecordingBackend recorder(cpu);
+  for (const OpSpec& op : table) {
+    const std::unique_ptr<PreparedOp> prepared = op.prepare(recorder, op.test_sizes.front(), DType::f32, 1);
+    recorder.recording = true;
+    prepared->run();
+    recorder.recording = false;
+  }
+  std::vector<std::string> missing;
+#define GRADEQ_BACKEND_OP(R, NAME, PARAMETERS, ARGUMENTS) \
+  if (!recorder.called.contains(#NAME)) missing.push_back(#NAME);
+#include "kernels/backend_ops.def"
+#undef GRADEQ_BACKEND_OP
+  return missing;
+}
+
+// A new Backend op cannot go untested: the op table runs every one.
+TEST(OpTableCoverage, RunsEveryBackendOp) {
+  EXPECT_EQ(ops_not_run(op_table()), std::vector<std::string>{});
+  // The check itself: a table without its copy_columns entry misses that op.
+  std::vector<OpSpec> without;
+  for (const OpSpec& op : op_table())
+    if (op.name != "copy_columns") without.push_back(op);
+  EXPECT_EQ(ops_not_run(without), std::vector<std::string>{"copy_columns"});
+}
+
+// The entries of the data-movement ops catch the bug they exist for: a
+// multi-element launch that drops its scalar tail (the elements past the
+// last multiple of 8).
+Tensor body_of(const Tensor& t) {
+  const long n = t.size() - t.size() % 8;
+  return Tensor{t.data, n > 0 ? 1 : 0, n, t.dtype};
+}
+
+class TaillessBackend : public ForwardingBackend {
+ public:
+  explicit TaillessBackend(Backend& inner) : ForwardingBackend(inner) {}
+  void fill(const Tensor& t, float value) override { ForwardingBackend::fill(body_of(t), value); }
+  void convert(const Tensor& src, const Tensor& dst) override {
+    ForwardingBackend::convert(body_of(src), body_of(dst));
+  }
+  bool all_finite(std::span<const Tensor> ts) override {
+    std::vector<Tensor> bodies;
+    for (const Tensor& t : ts) bodies.push_back(body_of(t));
+    return ForwardingBackend::all_finite(bodies);
+  }
+};
+
+TEST(OpTable, DataMovementEntriesCatchTheirBugs) {
+  CpuBackend cpu;
+  TaillessBackend tailless(cpu);
+  for (const char* name : {"fill", "convert", "all_finite"}) {
+    const OpSpec& op = find_op(name);
+    for (const OpSize& size : op.test_sizes) {
+      EXPECT_TRUE(op.prepare(cpu, size, DType::bf16, 1)->verify().passed) << name;
+      // fill and convert write [rows, in]; all_finite's infinity is the last
+      // element of a list's last tensor, of rows x in + out - 1 elements.
+      const long last = std::string(name) == "all_finite" ? size.rows * size.in + size.out - 1 : size.rows * size.in;
+      if (last % 8 != 0) EXPECT_FALSE(op.prepare(tailless, size, DType::bf16, 1)->verify().passed) << name;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, OpTable, ::testing::Combine(::testing::Values("cpu", "cuda"), ::testing::ValuesIn(op_names())),

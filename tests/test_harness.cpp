@@ -17,6 +17,7 @@
 #include "harness/core/ops/registry.h"
 #include "harness/core/compare.h"
 #include "harness/core/config.h"
+#include "harness/core/memory/reference_estimate.h"
 #include "harness/core/equivalence.h"
 #include "harness/gate/gate.h"
 #include "harness/gate/selftest.h"

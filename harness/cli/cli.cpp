@@ -18,7 +18,6 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -29,6 +28,7 @@
 #include "harness/cli/cli.h"
 #include "harness/cli/finish_check.h"
 #include "harness/cli/process.h"
+#include "harness/core/memory/reference_estimate.h"
 #include "harness/cli/progress_line.h"
 #include "harness/core/backends.h"
 #include "harness/core/config.h"
@@ -113,15 +113,7 @@ CLI::Option* add_backend_option(CLI::App& cmd, std::string& backend, const std::
 // The memory a run may use, e.g. 16G, 512M or a number of bytes; empty:
 // what /proc/meminfo says is available (no limit where it cannot be read).
 double memory_limit(const std::string& text) {
-  if (text.empty()) {
-    std::ifstream meminfo("/proc/meminfo");
-    std::string key;
-    double kib = 0.0;
-    std::string unit;
-    while (meminfo >> key >> kib >> unit)
-      if (key == "MemAvailable:") return kib * 1024.0;
-    return 0.0;
-  }
+  if (text.empty()) return available_memory_bytes();
   double bytes = 0.0;
   try {
     bytes = parse_bytes(text);

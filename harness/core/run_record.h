@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/core/memory.h"
+#include "harness/core/memory/types.h"
 #include "reference/model.h"
 
 namespace gradeq {
@@ -96,7 +96,7 @@ struct KernelWindow {
 
 struct KernelRun {
   std::vector<KernelWindow> windows;
-  // What the run held on the backend at its peak (harness/core/memory.h); all
+  // What the run held on the backend at its peak (harness/core/memory/types.h); all
   // zero for a run not executed here (tensors imported from elsewhere).
   MemoryUsage memory;
 };

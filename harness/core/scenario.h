@@ -69,7 +69,7 @@ struct ScenarioSpec {
   // accumulated reference runs go one after the other instead of at once
   // (harness/core/equivalence.cpp), holding one run's parameter-sized state at a
   // time for up to twice the time. The gate sets it where both at once would not
-  // fit in the memory allowed (fit_to_memory, harness/gate/gate.h); the
+  // fit in the memory allowed (fit_to_memory, harness/core/memory/reference_estimate.h); the
   // results are the same either way.
   bool reference_runs_in_turn = false;
   // How the reference runs, too: a micro-batch of more samples than this
@@ -91,18 +91,6 @@ inline constexpr double kMinLossScale = 0x1p-24, kMaxLossScale = 0x1p24;
 void validate(const ScenarioSpec& spec);
 bool valid_scenario_name(const std::string& name);
 
-// What checking the scenario will hold at its peak, from its shapes alone
-// (before anything is allocated): the reference's bounded tensors of the
-// largest window (the full-batch pass holds all of its rows, or one slice
-// of them with reference_slice_samples, plus the sums kept across slices)
-// and of its largest micro-batch, their GEMM temporaries, the
-// parameter-sized state of two reference runs at once (one, with
-// reference_runs_in_turn) and every
-// window's records of it, the kernel's float32 tensors and the process
-// itself. An upper estimate, to refuse a scenario that cannot fit before
-// it starts: 1.1-1.8x the peak RSS measured on the scale suite and on
-// language-model blocks up to widths 768/3072 (docs/PERFORMANCE.md §5).
-double estimated_peak_bytes(const ScenarioSpec& spec);
 // One line with everything that defines the scenario: model, data, split,
 // procedure, precision, seed.
 std::string describe_scenario(const ScenarioSpec& spec);

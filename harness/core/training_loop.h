@@ -21,7 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include "harness/core/memory.h"
+#include "harness/core/memory/loop_plan.h"
+#include "harness/core/memory/types.h"
 #include "harness/core/ops/op_record.h"
 #include "harness/core/run_record.h"
 #include "harness/core/scenario.h"
@@ -33,42 +34,6 @@ namespace gradeq {
 // The constants of one optimizer step, from the configuration, this step's
 // learning rate and the number of steps taken before it.
 OptimizerStep make_optimizer_step(const ref::OptimizerSpec& o, double lr, long step);
-// The optimizer state a configuration steps with (SGD without momentum: none).
-OptimizerStateUse optimizer_state_use(const ref::OptimizerSpec& o);
-// Where a micro-batch's activations and their gradients live.
-//
-// Value v of the model (its input, then each node's output) is stored in
-// slots[slot_of[v]], a [rows, width] buffer. Without checkpointing each
-// value has its own slot. With activation checkpointing every k blocks
-// (top-level elements of the layer list: an op, or a combinator with its
-// branch), the blocks form groups [0, k), [k, 2k), ...: the groups'
-// inputs and the output keep their own slots, and the values inside a
-// group share slots with the other groups' (slot i: the widest value i + 1
-// nodes into a group), so that only one group's are alive at a time: the
-// forward overwrites them group after group, and the backward recomputes
-// each group's forward from its kept input before going back through it.
-//
-// Backward's gradients live in `gradient_buffers` buffers of [rows, the
-// widest value], planned by liveness: a value's gradient takes a free
-// buffer when backward first reaches one of its readers and gives it back
-// once its own node is done. A value read by several nodes (the input of
-// a residual block) gets its later readers' gradients in a further buffer
-// each, added into its own (`add`). A chain needs two buffers.
-struct LoopPlan {
-  std::vector<long> slot_widths;
-  std::vector<std::size_t> slot_of;  // per value
-  std::size_t gradient_buffers = 0;
-  std::size_t output_gradient = 0;   // the loss's dy
-  struct Step {
-    std::size_t dy = 0;
-    std::vector<std::size_t> dx;  // per input: the buffer its gradient is written into
-    std::vector<std::size_t> sum;  // per input: where dx is added (== dx: it is the value's first)
-  };
-  std::vector<Step> steps;  // per node
-  std::vector<std::size_t> group_starts;  // the checkpoint groups' first nodes, and the node count
-};
-LoopPlan loop_plan(const ref::Model& model, long checkpoint_every);
-
 class TrainingLoop {
  public:
   explicit TrainingLoop(Backend& backend) : backend_(backend) {}

@@ -10,12 +10,12 @@
 
 #include <fmt/format.h>
 
-#include "harness/gate/selftest_parts.h"
+#include "harness/gate/selftest_internal.h"
 #include "harness/core/mutants.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "reference/parallel.h"
 
-namespace gradeq::selftest_parts {
+namespace gradeq::selftest_internal {
 Campaign run_campaign(const SelfTestOptions& o, Backend& base, const ProgressSink& progress) {
   const auto start = std::chrono::steady_clock::now();
   Campaign c;
@@ -109,4 +109,4 @@ Campaign run_campaign(const SelfTestOptions& o, Backend& base, const ProgressSin
   return c;
 }
 
-}  // namespace gradeq::selftest_parts
+}  // namespace gradeq::selftest_internal

@@ -8,6 +8,8 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "harness/core/memory/measure.h"
+#include "harness/core/memory/reference_estimate.h"
 #include "harness/gate/worker.h"
 #include "harness/core/suite.h"
 #include "reference/parallel.h"
@@ -47,38 +49,6 @@ long CheckReport::not_run() const {
   long n = 0;
   for (const PropertyRun& p : properties) n += !p.ran;
   return n;
-}
-
-void fit_to_memory(ScenarioSpec& spec, double max_memory_bytes) {
-  spec.reference_runs_in_turn = false;
-  spec.reference_slice_samples = 0;
-  if (max_memory_bytes <= 0.0 || estimated_peak_bytes(spec) <= max_memory_bytes) return;
-  spec.reference_runs_in_turn = true;
-  if (estimated_peak_bytes(spec) <= max_memory_bytes) return;
-  // Then micro-batches in slices: first of the largest micro-batch's
-  // samples (the full batch then costs what a micro-batch does), halved
-  // until the scenario fits. Not through BatchNorm, whose statistics span
-  // the micro-batch.
-  long largest = 0;
-  for (const auto& window : spec.split) largest = std::max(largest, *std::max_element(window.begin(), window.end()));
-  if (!ref::has_batch_norm(spec.model)) {
-    for (long slice = largest; slice >= 1; slice /= 2) {
-      spec.reference_slice_samples = slice;
-      if (estimated_peak_bytes(spec) <= max_memory_bytes) return;
-    }
-  }
-  const double need = estimated_peak_bytes(spec);
-  constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
-  char text[400];
-  std::snprintf(text, sizeof text,
-                "scenario %s needs about %.2f GiB at its peak even with its reference runs in turn%s (its "
-                "parameters and the rows of what one pass holds x the layers' widths, in the bounded reference), "
-                "more than the %.2f GiB allowed (--max-memory; default: the memory available)",
-                spec.name.c_str(), need / GiB,
-                spec.reference_slice_samples > 0 ? " and its passes in slices of 1 sample"
-                                                 : " (through BatchNorm a pass cannot be sliced)",
-                max_memory_bytes / GiB);
-  throw std::invalid_argument(text);
 }
 
 std::string replay_command(const CheckReport& report, const PropertyRun& run) {

@@ -40,15 +40,6 @@ struct GateOptions {
   double max_memory_bytes = 0.0;         // refuse a scenario estimated above this (0: no limit)
 };
 
-// std::invalid_argument, with the estimate, for a scenario whose estimated
-// peak memory (estimated_peak_bytes) exceeds the limit (0: no limit).
-// Where both reference runs at once would not fit but one at a time would,
-// they go in turn (spec.reference_runs_in_turn): the same results, in up
-// to twice the reference's time. Where even that would not fit, passes
-// over more samples than fit go in slices (spec.reference_slice_samples:
-// the largest micro-batch's samples, halved until it fits; not through
-// BatchNorm): the same results up to float64 summation order.
-void fit_to_memory(ScenarioSpec& spec, double max_memory_bytes);
 
 struct CheckReport {
   std::string backend;

@@ -4,7 +4,7 @@
 // replaces.
 //
 //   1. measure the peak of one micro-batch at three sizes and fit fixed +
-//      per-sample bytes (harness/core/memory.h);
+//      per-sample bytes (harness/core/memory/);
 //   2. take the largest micro-batch b whose predicted peak fits the budget
 //      less a margin, and N = ceil(E / b) micro-batches: N - 1 of b and the
 //      rest last (global-count normalization keeps an uneven last one
@@ -18,7 +18,8 @@
 #include <vector>
 
 #include "harness/core/equivalence.h"
-#include "harness/core/memory.h"
+#include "harness/core/memory/loop_plan.h"
+#include "harness/core/memory/measure.h"
 #include "harness/core/progress.h"
 
 namespace gradeq {

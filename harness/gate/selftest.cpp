@@ -1,18 +1,18 @@
 // selftest.cpp — the kill matrix: every backend-exercising property on
 // correct code and against every mutant; the B16 threshold and the
-// campaign are in b16_threshold.cpp and campaign.cpp.
+// campaign are in low_precision_buffer_threshold.cpp and campaign.cpp.
 #include "harness/gate/selftest.h"
 
 #include <algorithm>
 #include <chrono>
 
-#include "harness/gate/selftest_parts.h"
-#include "harness/core/memory.h"
+#include "harness/gate/selftest_internal.h"
+#include "harness/core/memory/measure.h"
 #include "harness/core/mutants.h"
 #include "harness/core/tolerance.h"
 
 namespace gradeq {
-namespace selftest_parts {
+namespace selftest_internal {
 
 std::vector<const Property*> backend_properties() {
   std::vector<const Property*> out;
@@ -21,7 +21,7 @@ std::vector<const Property*> backend_properties() {
   return out;
 }
 
-}  // namespace selftest_parts
+}  // namespace selftest_internal
 
 namespace {
 
@@ -86,7 +86,7 @@ SelfTestReport run_selftest(const SelfTestOptions& o, Backend& backend, const Pr
   report.size = o.size;
   report.suite = o.suite;
   set_size_tier(o.size);
-  const std::vector<const Property*> properties = selftest_parts::backend_properties();
+  const std::vector<const Property*> properties = selftest_internal::backend_properties();
   PropertyRunConfig config;
   config.cases = o.cases;
   for (const Property* p : properties) {
@@ -127,8 +127,8 @@ SelfTestReport run_selftest(const SelfTestOptions& o, Backend& backend, const Pr
     report.mutants.push_back(summary);
   }
   if (progress) progress("selftest: B16 threshold");
-  for (DType compute : {DType::f32, DType::bf16}) report.b16.push_back(selftest_parts::b16_threshold(compute, backend, o.model));
-  if (o.campaign_cases > 0) report.campaign = selftest_parts::run_campaign(o, backend, progress);
+  for (DType compute : {DType::f32, DType::bf16}) report.b16.push_back(selftest_internal::low_precision_buffer_threshold(compute, backend, o.model));
+  if (o.campaign_cases > 0) report.campaign = selftest_internal::run_campaign(o, backend, progress);
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }

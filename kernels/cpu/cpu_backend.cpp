@@ -1,4 +1,5 @@
-// cpu_backend.cpp — host implementations. Each op: check shapes, compute in
+// cpu_backend.cpp — host implementations (ops with a file of their own are
+// beside it). Each op: check shapes, compute in
 // float32 with float32 accumulators, round every store to the dtype of the
 // tensor written.
 //
@@ -32,42 +33,21 @@
 #include <vector>
 
 #include "kernels/check.h"
+#include "kernels/cpu/cpu_internal.h"
 #include "kernels/element_math.h"
 #include "kernels/norm_geometry.h"
 
 namespace gradeq {
+
+using namespace cpu;
+
 namespace {
-
-float* values(const Tensor& t) { return static_cast<float*>(t.data); }
-
 
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using ConstMap = Eigen::Map<const RowMatrix>;
 using Map = Eigen::Map<RowMatrix>;
 
 ConstMap matrix(const Tensor& t) { return ConstMap(values(t), t.rows, t.cols); }
-
-// A store to dtype D, known at compile time: the loops below are written
-// once per dtype (dispatch), with no switch inside them.
-template <DType D>
-inline float store(float x) {
-  if constexpr (D == DType::bf16) return round_to_bf16(x);
-  else if constexpr (D == DType::f16) return round_to_f16(x);
-  else return x;
-}
-
-template <DType D>
-using DTypeTag = std::integral_constant<DType, D>;
-
-// f(DTypeTag<t>{}): one instantiation of f per dtype.
-template <class F>
-void dispatch(DType t, F&& f) {
-  switch (t) {
-    case DType::f32: f(DTypeTag<DType::f32>{}); return;
-    case DType::bf16: f(DTypeTag<DType::bf16>{}); return;
-    case DType::f16: f(DTypeTag<DType::f16>{}); return;
-  }
-}
 
 // v[i] = round(v[i], dtype) over n elements.
 void round_in_place(float* v, long n, DType t) {
@@ -136,17 +116,6 @@ void CpuBackend::convert(const Tensor& src, const Tensor& dst) {
   dispatch(dst.dtype, [&](auto dt) {
     constexpr DType D = decltype(dt)::value;
     for (long i = 0; i < n; ++i) d[i] = store<D>(s[i]);
-  });
-}
-
-void CpuBackend::copy_columns(const Tensor& src, long src_first, const Tensor& dst, long dst_first, long count) {
-  require_column_ranges(src, src_first, dst, dst_first, count);
-  const float* s = values(src);
-  float* d = values(dst);
-  dispatch(dst.dtype, [&](auto dt) {
-    constexpr DType D = decltype(dt)::value;
-    for (long r = 0; r < src.rows; ++r)
-      for (long c = 0; c < count; ++c) d[r * dst.cols + dst_first + c] = store<D>(s[r * src.cols + src_first + c]);
   });
 }
 

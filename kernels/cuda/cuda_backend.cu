@@ -1,9 +1,9 @@
 // cuda_backend.cu — the CUDA backend's device, memory and conversions:
 // device status, construction, allocation with peak tracking, upload,
-// download, fill and convert. The ops live beside it, one file per family
-// (gemm.cu, elementwise.cu, normalizers.cu, losses.cu, optimizers.cu,
-// list_ops.cu), each with the same skeleton: kernels, then the host side
-// that checks shapes, launches and checks the launch.
+// download, fill and convert. The ops live beside it, one file per op or
+// family (gemm.cu, elementwise.cu, normalizers.cu, losses.cu, ...), each
+// with the same skeleton: kernels, then the host side that checks shapes,
+// launches and checks the launch.
 #include "kernels/cuda/cuda_backend.h"
 
 #include <string>
@@ -33,16 +33,6 @@ __global__ void fill_kernel(void* dst, DType t, long n, float value) {
 __global__ void convert_kernel(const void* src, DType ts, void* dst, DType td, long n) {
   for (long i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += static_cast<long>(gridDim.x) * blockDim.x)
     store(dst, td, i, load(src, ts, i));
-}
-
-// One thread per copied element: row i / count, column i % count.
-__global__ void copy_columns_kernel(const void* src, DType ts, long src_cols, long src_first, void* dst, DType td,
-                                    long dst_cols, long dst_first, long rows, long count) {
-  const long n = rows * count;
-  for (long i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += static_cast<long>(gridDim.x) * blockDim.x) {
-    const long r = i / count, c = i % count;
-    store(dst, td, r * dst_cols + dst_first + c, load(src, ts, r * src_cols + src_first + c));
-  }
 }
 
 }  // namespace
@@ -161,15 +151,6 @@ void CudaBackend::convert(const Tensor& src, const Tensor& dst) {
   require_shape(dst, src.rows, src.cols, "convert");
   if (src.empty()) return;
   convert_kernel<<<blocks_for(src.size()), kThreads>>>(src.data, src.dtype, dst.data, dst.dtype, src.size());
-  GRADEQ_LAUNCH_CHECK();
-}
-
-void CudaBackend::copy_columns(const Tensor& src, long src_first, const Tensor& dst, long dst_first, long count) {
-  require_column_ranges(src, src_first, dst, dst_first, count);
-  const long n = src.rows * count;
-  if (n == 0) return;
-  copy_columns_kernel<<<blocks_for(n), kThreads>>>(src.data, src.dtype, src.cols, src_first, dst.data, dst.dtype,
-                                                   dst.cols, dst_first, src.rows, count);
   GRADEQ_LAUNCH_CHECK();
 }
 

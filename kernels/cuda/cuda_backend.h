@@ -39,39 +39,14 @@ class CudaBackend : public Backend {
   void release(Tensor& t) override;
   void upload(const Tensor& dst, std::span<const float> host) override;
   void download(const Tensor& src, std::span<float> host) override;
-  void fill(const Tensor& t, float value) override;
-  void convert(const Tensor& src, const Tensor& dst) override;
-  void copy_columns(const Tensor& src, long src_first, const Tensor& dst, long dst_first, long count) override;
   std::size_t live_bytes() const override;  // tensors and the workspace (scratch, reduction partials)
   std::size_t peak_bytes() const override;
   void reset_peak_bytes() override;
 
-  void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) override;
-  void linear_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx) override;
-  void linear_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) override;
-
-  void activation_forward(Activation a, const Tensor& x, const Tensor& y) override;
-  void activation_backward(Activation a, const Tensor& x, const Tensor& dy, const Tensor& dx) override;
-
-  void norm_forward(const NormConfig& c, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
-                    const Tensor& saved_mean, const Tensor& saved_rstd, const Tensor& running_mean,
-                    const Tensor& running_var) override;
-  void norm_backward(const NormConfig& c, const Tensor& x, const Tensor& gamma, const Tensor& dy,
-                     const Tensor& saved_mean, const Tensor& saved_rstd, const Tensor& dx, const Tensor& dgamma,
-                     const Tensor& dbeta) override;
-
-  double loss_forward_backward(LossKind k, const Tensor& y, const Tensor& targets, float scale,
-                               const Tensor& dy) override;
-
-  void zero(std::span<const Tensor> ts) override;
-  void scale(std::span<const Tensor> ts, float s) override;
-  void accumulate(std::span<const Tensor> dst, std::span<const Tensor> src,
-                  std::span<const Tensor> compensation) override;
-  float global_norm(std::span<const Tensor> ts) override;
-  bool all_finite(std::span<const Tensor> ts) override;
-
-  void optimizer_step(const OptimizerStep& step, std::span<const Tensor> params, std::span<const Tensor> grads,
-                      std::span<const Tensor> first_moment, std::span<const Tensor> second_moment) override;
+  // The ops of kernels/backend_ops.def; one file per op or family beside this one.
+#define GRADEQ_BACKEND_OP(R, NAME, PARAMETERS, ARGUMENTS) R NAME PARAMETERS override;
+#include "kernels/backend_ops.def"
+#undef GRADEQ_BACKEND_OP
 
   // On by default. Off: the bias gradient of tall batches adds per-slice
   // partial sums with atomicAdd and cuBLAS may use atomics: faster, correct

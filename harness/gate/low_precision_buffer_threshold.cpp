@@ -1,14 +1,14 @@
-// b16_threshold.cpp — from which N the low-precision-buffer mutant (B16)
+// low_precision_buffer_threshold.cpp — from which N the low-precision-buffer mutant (B16)
 // is caught: a float32 buffer declared over a compute dtype, N micro-batches.
 #include <algorithm>
 
 #include "harness/core/ops/registry.h"
-#include "harness/gate/selftest_parts.h"
+#include "harness/gate/selftest_internal.h"
 #include "harness/core/mutants.h"
 
-namespace gradeq::selftest_parts {
+namespace gradeq::selftest_internal {
 
-B16Threshold b16_threshold(DType compute, Backend& base, const ErrorModel& model) {
+B16Threshold low_precision_buffer_threshold(DType compute, Backend& base, const ErrorModel& model) {
   B16Threshold t;
   t.compute = compute;
   const Mutant& b16 = *find_mutant("B16");
@@ -31,4 +31,4 @@ B16Threshold b16_threshold(DType compute, Backend& base, const ErrorModel& model
   return t;
 }
 
-}  // namespace gradeq::selftest_parts
+}  // namespace gradeq::selftest_internal

@@ -1,8 +1,9 @@
-// memory.h — what a training run holds on its backend, by category: the
-// measurement (the loop tags each tensor it allocates; the backend reports
-// its own peak, workspace included), the prediction from the scenario's
-// shapes, and the fit of fixed plus per-sample bytes that `gradeq plan`
-// and the report use (docs/MEMORY.md).
+// types.h — memory by category: what a run holds at its peak (measured or
+// predicted), the fit of fixed plus per-sample bytes that `gradeq plan` and
+// the report use, a scenario's memory as the gate reports it, and sizes as
+// text (docs/MEMORY.md). The loop's allocation plan and prediction are in
+// loop_plan.h, the measurement in measure.h, the reference's estimate and
+// the fit to the memory available in reference_estimate.h.
 //
 // Gradient accumulation's promise is that the peak holds one micro-batch of
 // activations whatever N is: everything here is in bytes at the largest
@@ -11,17 +12,11 @@
 
 #include <array>
 #include <cstddef>
-#include <functional>
-#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gradeq {
-
-struct ScenarioSpec;
-class Backend;
-class TrainingLoop;
-using LoopFactory = std::function<std::unique_ptr<TrainingLoop>(Backend&)>;
 
 enum class MemoryCategory : std::size_t {
   parameters,       // master weights, their compute-dtype copies, BatchNorm running statistics
@@ -54,16 +49,6 @@ struct MemoryUsage {
   double total() const;
 };
 
-// What the training loop allocates for the scenario when its largest
-// micro-batch has `micro_batch_samples` samples, from the shapes and dtypes
-// alone (scratch is the backend's and is not predicted: 0). With
-// `spec.checkpoint_every` > 0 the activations are the checkpointed ones.
-MemoryUsage loop_memory(const ScenarioSpec& spec, long micro_batch_samples);
-
-// Activation bytes per sample (the slope of loop_memory's activations):
-// those of two micro-batch sizes differ by exactly this per sample.
-double activation_bytes_per_sample(const ScenarioSpec& spec);
-
 // peak(b) = fixed + per_sample * b, fitted to measured peaks.
 struct MemoryFit {
   double fixed = 0.0, per_sample = 0.0;
@@ -94,19 +79,6 @@ struct ScenarioMemory {
   double worst_relative_error() const;
   bool holds() const { return !predicted || worst_relative_error() <= kMemoryTolerance; }
 };
-
-// The peak of one window of one micro-batch of `samples` samples (the
-// scenario's model, data kind and procedure).
-double measure_peak(const ScenarioSpec& spec, long samples, Backend& backend, const LoopFactory& loop);
-// Those of each of `samples`, fitted; at least two sizes.
-MemoryFit measure_memory_fit(const ScenarioSpec& spec, const std::vector<long>& samples, Backend& backend,
-                             const LoopFactory& loop);
-// The smallest micro-batch the scenario accepts (BatchNorm needs two values
-// per channel).
-long smallest_micro_batch(const ScenarioSpec& spec);
-// Fills m.fit (and m.predicted) from one-micro-batch runs at m.micro_batch
-// and about half of it.
-void predict_memory(ScenarioMemory& m, const ScenarioSpec& spec, Backend& backend, const LoopFactory& loop);
 
 // Parses a size: a number with an optional binary (KiB, MiB, GiB, TiB, or
 // K, M, G, T) or decimal (kB, MB, GB, TB) unit, or B; "8GiB", "512 MiB",

@@ -1,4 +1,4 @@
-// op_checks.h — the op table: every op of the Backend interface beside the
+// op_table.h — the op table: every op of the Backend interface beside the
 // float64 reference op that checks it, as data (in the way PyTorch's OpInfo
 // lists ops). An entry prepares its op on a backend at a size and a dtype,
 // from a seed; the prepared op runs (what a benchmark times) and verifies

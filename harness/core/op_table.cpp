@@ -1,8 +1,8 @@
-// op_checks.cpp — the op table. Each entry is one small class: its inputs,
+// op_table.cpp — the op table. Each entry is one small class: its inputs,
 // its outputs, the op, and the reference op with T = Bounded over the
 // values the backend actually holds (inputs rounded to their dtype by the
 // upload), so the comparison needs no allowance for input rounding.
-#include "harness/core/op_checks.h"
+#include "harness/core/op_table.h"
 
 #include <cmath>
 #include <limits>
@@ -314,6 +314,78 @@ class CopyColumnsOp : public TableOp {
   Tensor src_, dst_;
 };
 
+// ----------------------------------------------------------- data movement
+
+// Every element of an overwritten tensor set to one value, rounded to its
+// dtype (1/3: inexact in every dtype, so the store must round).
+class FillOp : public TableOp {
+ public:
+  FillOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed) : TableOp(b, t, seed) {
+    y_ = output(s.rows, s.in, t, false);
+    bytes = bytes_of(t) * static_cast<double>(s.rows * s.in);
+  }
+  void run() override { backend_.fill(y_, kValue); }
+  std::vector<Expectation> expected() override {
+    const Matrix<Bounded> e = Matrix<Bounded>::Constant(y_.rows, y_.cols, Bounded(static_cast<double>(kValue)));
+    return {{"y", stored(e, ref::Storage::compute), &y_}};
+  }
+
+ private:
+  static constexpr float kValue = 1.0f / 3.0f;
+  Tensor y_;
+};
+
+// A float32 tensor stored into one of the compute dtype (the training
+// loop's compute copy of the master weights).
+class ConvertOp : public TableOp {
+ public:
+  ConvertOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed) : TableOp(b, t, seed) {
+    x_ = input(random(s.rows, s.in), DType::f32);
+    y_ = output(s.rows, s.in, t, false);
+    bytes = (4.0 + bytes_of(t)) * static_cast<double>(s.rows * s.in);
+  }
+  void run() override { backend_.convert(x_, y_); }
+  std::vector<Expectation> expected() override { return {{"y", stored(held(x_), ref::Storage::compute), &y_}}; }
+
+ private:
+  Tensor x_, y_;
+};
+
+// all_finite over a list of finite tensors (true), then over the same list
+// with an infinity in the last element of the last tensor, its scalar tail
+// (false).
+class AllFiniteOp : public TableOp {
+ public:
+  AllFiniteOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed) : TableOp(b, t, seed) {
+    double elements = 0.0;
+    for (long k = 0; k < s.out; ++k) {
+      const long n = s.rows * s.in + k;
+      elements += static_cast<double>(n);
+      finite_.push_back(input(random(1, n), t));
+    }
+    with_inf_ = finite_;
+    Matrix<double> last = random(1, finite_.back().cols);
+    last(0, last.cols() - 1) = std::numeric_limits<double>::infinity();
+    with_inf_.back() = input(last, t);
+    bytes = 2.0 * bytes_of(t) * elements;
+  }
+  void run() override {
+    finite_result_ = backend_.all_finite(finite_);
+    with_inf_result_ = backend_.all_finite(with_inf_);
+  }
+  std::vector<Expectation> expected() override {
+    Matrix<Bounded> e(1, 2);
+    e << Bounded(1.0), Bounded(0.0);
+    Expectation x("finite list, then with an infinity (1 = true)", e, nullptr);
+    x.actual = {finite_result_ ? 1.0 : 0.0, with_inf_result_ ? 1.0 : 0.0};
+    return {x};
+  }
+
+ private:
+  std::vector<Tensor> finite_, with_inf_;
+  bool finite_result_ = false, with_inf_result_ = true;
+};
+
 // ------------------------------------------------------------- normalizers
 
 // Forward then backward of one normalizer, with its affine parameters and,
@@ -615,6 +687,8 @@ const std::vector<OpSpec>& op_table() {
       {"gelu_backward", "GELU's derivative times dy", wide, make<ActivationOp>(Activation::gelu_tanh, true)},
       {"gelu_erf_forward", "GELU, erf form (nn.GELU())", wide, make<ActivationOp>(Activation::gelu_erf, false)},
       {"gelu_erf_backward", "GELU's (erf form) derivative times dy", wide, make<ActivationOp>(Activation::gelu_erf, true)},
+      {"fill", "every element set to one value", wide, make<FillOp>()},
+      {"convert", "float32 into the compute dtype", wide, make<ConvertOp>()},
       {"copy_columns", "a block of columns into another tensor's (concatenation)", columns, make<CopyColumnsOp>()},
       {"layer_norm", "LayerNorm forward and backward", norm, make<NormOp>(NormKind::layer)},
       {"rms_norm", "RMSNorm forward and backward", norm, make<NormOp>(NormKind::rms)},
@@ -628,6 +702,7 @@ const std::vector<OpSpec>& op_table() {
       {"accumulate", "dst += src over a list", list, make<ListOpCheck>(ListKind::accumulate)},
       {"accumulate_kahan", "dst += src over a list, Kahan-compensated", list, make<ListOpCheck>(ListKind::accumulate_kahan)},
       {"global_norm", "the 2-norm of every element of a list", list, make<ListOpCheck>(ListKind::global_norm)},
+      {"all_finite", "whether every element of a list is finite", list, make<AllFiniteOp>()},
       {"sgd", "SGD, weight decay", step, make<OptimizerOp>(optimizer(K::sgd, 0.0, 0.0, false, 0.01))},
       {"sgd_momentum", "SGD with momentum and weight decay", step, make<OptimizerOp>(optimizer(K::sgd, 0.9, 0.0, false, 0.01))},
       {"sgd_nesterov", "SGD with Nesterov momentum", step, make<OptimizerOp>(optimizer(K::sgd, 0.9, 0.0, true, 0.0))},
