@@ -1,6 +1,6 @@
 // bench_cuda.cpp — Google Benchmark suite for the CUDA backend's
 // accumulation kernels (built with the CUDA backend; needs a device), ops of
-// the op table (harness/core/op_checks.h): each is validated against the
+// the op table (harness/core/op_table.h): each is validated against the
 // reference, with the tolerance model's bound, before it is timed; GPU time
 // comes from CUDA events (manual time), and each rate is reported as a
 // fraction of a ceiling measured in the same run: device-to-device

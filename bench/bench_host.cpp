@@ -1,5 +1,5 @@
 // bench_host.cpp — Google Benchmark suite for the host backend's
-// accumulation kernels, ops of the op table (harness/core/op_checks.h): each is
+// accumulation kernels, ops of the op table (harness/core/op_table.h): each is
 // validated against the reference, with the tolerance model's bound, before
 // it is timed; timings are reported as a ratio to a ceiling measured in the
 // same run (bench/ceiling.h), never as absolute pass/fail:

@@ -1,5 +1,5 @@
 // validated_op.h — a benchmark of one op of the op table
-// (harness/core/op_checks.h): the op is first verified against the float64
+// (harness/core/op_table.h): the op is first verified against the float64
 // reference on the same backend and dtype (at its own size, or at
 // validation_size() where the reference would take too long), and only
 // then timed; a disagreement ends the benchmark with SkipWithError. The
@@ -10,7 +10,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "harness/core/op_checks.h"
+#include "harness/core/op_table.h"
 
 namespace gradeq::bench {
 
