@@ -365,7 +365,9 @@ TEST(OpTable, DataMovementEntriesCatchTheirBugs) {
       // fill and convert write [rows, in]; all_finite's infinity is the last
       // element of a list's last tensor, of rows x in + out - 1 elements.
       const long last = std::string(name) == "all_finite" ? size.rows * size.in + size.out - 1 : size.rows * size.in;
-      if (last % 8 != 0) EXPECT_FALSE(op.prepare(tailless, size, DType::bf16, 1)->verify().passed) << name;
+      if (last % 8 != 0) {
+        EXPECT_FALSE(op.prepare(tailless, size, DType::bf16, 1)->verify().passed) << name;
+      }
     }
   }
 }

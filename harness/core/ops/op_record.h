@@ -16,6 +16,7 @@ namespace gradeq {
 // One node's call on the backend, forward or backward, over the first
 // `rows` rows of the micro-batch in hand.
 struct LoopCall {
+  LoopCall(Backend& b, const ref::Model& m, const ref::Node& n, long r) : backend(b), model(m), node(n), rows(r) {}
   Backend& backend;
   const ref::Model& model;
   const ref::Node& node;

@@ -26,7 +26,7 @@ const OpRecord* op_named(std::string_view name) {
 
 const OpRecord& record_of(const ref::Op& op) {
   const auto* record = dynamic_cast<const OpRecord*>(&op);
-  if (!record) throw std::logic_error("op " + std::string(op.name()) + " is not a record of the registry");
+  if (!record) throw std::logic_error(std::string(op.name()).insert(0, "op ") + " is not a record of the registry");
   return *record;
 }
 
@@ -35,7 +35,7 @@ std::string op_syntax() {
   for (const OpRecord* op : all_ops()) {
     if (!out.empty()) out += ", ";
     if (op->combines()) {
-      out += "{ " + std::string(op->name()) + " = [...] }";
+      out.append("{ ").append(op->name()).append(" = [...] }");
     } else if (op->argument().empty()) {
       out += op->name();
     } else {
@@ -49,7 +49,7 @@ ref::LayerSpec parse_layer(std::string_view text) {
   const std::size_t colon = text.find(':');
   const std::string_view name = text.substr(0, colon);
   const OpRecord* op = op_named(name);
-  const std::string quoted = "'" + std::string(text) + "'";
+  const std::string quoted = std::string("'").append(text).append("'");
   if (!op || op->combines())
     throw std::invalid_argument(quoted + " is not an op: expected one of " + op_syntax());
   ref::LayerSpec layer{op, 0, {}};
@@ -69,13 +69,13 @@ ref::LayerSpec parse_layer(std::string_view text) {
 
 ref::LayerSpec layer_of(std::string_view name, long argument) {
   const OpRecord* op = op_named(name);
-  if (!op || op->combines()) throw std::logic_error("layer_of: no op named " + std::string(name));
+  if (!op || op->combines()) throw std::logic_error(std::string("layer_of: no op named ").append(name));
   return {op, argument, {}};
 }
 
 ref::LayerSpec combinator_of(std::string_view name, std::vector<ref::LayerSpec> body) {
   const OpRecord* op = op_named(name);
-  if (!op || !op->combines()) throw std::logic_error("combinator_of: no combinator named " + std::string(name));
+  if (!op || !op->combines()) throw std::logic_error(std::string("combinator_of: no combinator named ").append(name));
   return {op, 0, std::move(body)};
 }
 
