@@ -86,7 +86,7 @@ class Backend {
   // workspace of its own (GEMM results, staging, reduction partials). Peak:
   // the most it held since construction or the last reset_peak_bytes(),
   // which also drops cached workspace so that the next measurement sees it
-  // allocated again (harness/core/memory/measure.h measures a run this way).
+  // allocated again (harness/core/measured_memory.h measures a run this way).
   virtual std::size_t live_bytes() const = 0;
   virtual std::size_t peak_bytes() const = 0;
   virtual void reset_peak_bytes() = 0;

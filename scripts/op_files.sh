@@ -3,7 +3,7 @@
 # (harness/core/ops/), the reference math it calls, and each Backend op it
 # needs: its entry in kernels/backend_ops.def, its kernel in each backend
 # (kernels/cpu/, kernels/cuda/), the preconditions the backends share
-# (kernels/check.h) and its op-table entry (harness/core/op_table.cpp).
+# (kernels/check.h) and its op-table entry (harness/core/op_table_entries.cpp).
 # A Backend op counts every file under kernels/ and the op table that
 # names it at all, comments included, so that nothing is missed.
 #
@@ -27,7 +27,7 @@ done
 for m in "$@"; do
   grep -q "GRADEQ_BACKEND_OP([a-z]*, $m," kernels/backend_ops.def ||
     { echo "$0: '$m' is not an op of kernels/backend_ops.def" >&2; exit 2; }
-  files="$files $(grep -rlw "$m" kernels harness/core/op_table.cpp 2>/dev/null || true)"
+  files="$files $(grep -rlw "$m" kernels harness/core/op_table_entries.cpp 2>/dev/null || true)"
 done
 echo $files | tr ' ' '\n' | sort -u | sed '/^$/d'
 echo "$(echo $files | tr ' ' '\n' | sort -u | sed '/^$/d' | wc -l) files"

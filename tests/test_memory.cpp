@@ -9,7 +9,7 @@
 #include "harness/core/ops/registry.h"
 #include "harness/core/loop_mutants.h"
 #include "harness/core/memory/loop_plan.h"
-#include "harness/core/memory/measure.h"
+#include "harness/core/measured_memory.h"
 #include "harness/core/memory/reference_estimate.h"
 #include "harness/core/mutants.h"
 #include "harness/core/suite.h"

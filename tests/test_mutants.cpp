@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "harness/core/memory/measure.h"
+#include "harness/core/measured_memory.h"
 #include "harness/core/backends.h"
 #include "harness/core/suite.h"
 #include "kernels/cpu/cpu_backend.h"

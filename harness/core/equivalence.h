@@ -74,7 +74,7 @@ struct ScenarioResult {
   bool vacuous = false;
   double seconds = 0.0;
   // The kernel runs' peak memory; predicted (and judged) where the gate
-  // measured the fit (harness/core/memory/measure.h). Not a verdict: a scenario whose
+  // measured the fit (harness/core/measured_memory.h). Not a verdict: a scenario whose
   // peak is off its prediction fails with its own reason.
   ScenarioMemory memory;
 

@@ -1,4 +1,4 @@
-// op_table_entry.h — what every entry of the op table (op_table.cpp)
+// op_table_entry.h — what every entry of the op table (op_table_entries.cpp)
 // shares: seeded float32-representable inputs, outputs that start as NaN
 // (overwritten) or seeded values (accumulated), the comparison of each
 // output with its reference values within the deterministic error model's

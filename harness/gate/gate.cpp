@@ -8,7 +8,7 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "harness/core/memory/measure.h"
+#include "harness/core/measured_memory.h"
 #include "harness/core/memory/reference_estimate.h"
 #include "harness/gate/worker.h"
 #include "harness/core/suite.h"

@@ -19,7 +19,7 @@
 
 #include "harness/core/equivalence.h"
 #include "harness/core/memory/loop_plan.h"
-#include "harness/core/memory/measure.h"
+#include "harness/core/measured_memory.h"
 #include "harness/core/progress.h"
 
 namespace gradeq {

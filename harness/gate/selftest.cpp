@@ -7,7 +7,7 @@
 #include <chrono>
 
 #include "harness/gate/selftest_internal.h"
-#include "harness/core/memory/measure.h"
+#include "harness/core/measured_memory.h"
 #include "harness/core/mutants.h"
 #include "harness/core/tolerance.h"
 

@@ -2,8 +2,9 @@
 // predicted), the fit of fixed plus per-sample bytes that `gradeq plan` and
 // the report use, a scenario's memory as the gate reports it, and sizes as
 // text (docs/MEMORY.md). The loop's allocation plan and prediction are in
-// loop_plan.h, the measurement in measure.h, the reference's estimate and
-// the fit to the memory available in reference_estimate.h.
+// loop_plan.h, the reference's estimate and the fit to the memory
+// available in reference_estimate.h; the measurement, which runs the
+// training loop and so sits above it, in harness/core/measured_memory.h.
 //
 // Gradient accumulation's promise is that the peak holds one micro-batch of
 // activations whatever N is: everything here is in bytes at the largest

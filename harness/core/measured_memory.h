@@ -1,4 +1,4 @@
-// measure.h — a scenario's memory measured on a backend: the peak of one
+// measured_memory.h — a scenario's memory measured on a backend: the peak of one
 // micro-batch's window, fitted over micro-batch sizes into fixed plus
 // per-sample bytes, and the prediction the gate checks the kernel runs'
 // peaks against (docs/MEMORY.md).

@@ -1,5 +1,5 @@
-// measure.cpp — peaks measured on a backend, and their fit.
-#include "harness/core/memory/measure.h"
+// measured_memory.cpp — peaks measured on a backend, and their fit.
+#include "harness/core/measured_memory.h"
 
 #include <algorithm>
 

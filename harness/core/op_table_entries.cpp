@@ -1,0 +1,556 @@
+// op_table_entries.cpp — the op table's entries, and the table. Each entry
+// is one small class: its inputs, its outputs, the op, and the reference op
+// with T = Bounded over the values the backend actually holds (inputs
+// rounded to their dtype by the upload), so the comparison needs no
+// allowance for input rounding.
+#include "harness/core/op_table.h"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <utility>
+
+#include "harness/core/op_table_entry.h"
+#include "harness/core/training_loop.h"
+#include "kernels/norm_geometry.h"
+#include "reference/layers.h"
+#include "reference/losses.h"
+#include "reference/optimizers.h"
+
+namespace gradeq {
+namespace {
+
+using ref::Bounded;
+using ref::Matrix;
+using namespace op_table_entry;
+
+// ------------------------------------------------------------------ linear
+
+class LinearForward : public TableOp {
+ public:
+  LinearForward(Backend& b, const OpSize& s, DType t, std::uint64_t seed) : TableOp(b, t, seed) {
+    x_ = input(random(s.rows, s.in), t);
+    w_ = input(random(s.out, s.in), t);
+    b_ = input(random(1, s.out), t);
+    y_ = output(s.rows, s.out, t, false);
+    flops = 2.0 * s.rows * s.in * s.out;
+    bytes = bytes_of(t) * (s.rows * s.in + s.out * s.in + s.out + s.rows * s.out);
+  }
+  void run() override { backend_.linear_forward(x_, w_, b_, y_); }
+  std::vector<Expectation> expected() override {
+    return {{"y", stored(ref::linear_forward(held(x_), held(w_), held(b_)), ref::Storage::compute), &y_}};
+  }
+
+ private:
+  Tensor x_, w_, b_, y_;
+};
+
+class LinearBackwardData : public TableOp {
+ public:
+  LinearBackwardData(Backend& b, const OpSize& s, DType t, std::uint64_t seed) : TableOp(b, t, seed) {
+    dy_ = input(random(s.rows, s.out), t);
+    w_ = input(random(s.out, s.in), t);
+    dx_ = output(s.rows, s.in, t, false);
+    flops = 2.0 * s.rows * s.in * s.out;
+    bytes = bytes_of(t) * (s.rows * s.out + s.out * s.in + s.rows * s.in);
+  }
+  void run() override { backend_.linear_backward_data(dy_, w_, dx_); }
+  std::vector<Expectation> expected() override {
+    const Matrix<Bounded> w = held(w_);
+    const Matrix<Bounded> x = ref::zeros<Bounded>(dy_.rows, w.cols());
+    return {{"dx", stored(ref::linear_backward(x, w, held(dy_)).dx, ref::Storage::compute), &dx_}};
+  }
+
+ private:
+  Tensor dy_, w_, dx_;
+};
+
+class LinearBackwardWeight : public TableOp {
+ public:
+  LinearBackwardWeight(Backend& b, const OpSize& s, DType t, std::uint64_t seed) : TableOp(b, t, seed) {
+    dy_ = input(random(s.rows, s.out), t);
+    x_ = input(random(s.rows, s.in), t);
+    dw_ = output(s.out, s.in, DType::f32, true);
+    db_ = output(1, s.out, DType::f32, true);
+    flops = 2.0 * s.rows * s.in * s.out;
+    bytes = bytes_of(t) * (s.rows * s.out + s.rows * s.in) + 8.0 * (s.out * s.in + s.out);
+  }
+  void run() override { backend_.linear_backward_weight(dy_, x_, dw_, db_); }
+  std::vector<Expectation> expected() override {
+    const auto g = ref::linear_backward(held(x_), ref::zeros<Bounded>(dw_.rows, dw_.cols), held(dy_));
+    return {{"dw += dy^T x", stored(Matrix<Bounded>(initial(dw_) + g.dw), ref::Storage::accumulate), &dw_},
+            {"db += sum dy", stored(Matrix<Bounded>(initial(db_) + g.db), ref::Storage::accumulate), &db_}};
+  }
+
+ private:
+  Tensor dy_, x_, dw_, db_;
+};
+
+// ------------------------------------------------------------- activations
+
+class ActivationOp : public TableOp {
+ public:
+  ActivationOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed, Activation a, bool backward)
+      : TableOp(b, t, seed), activation_(a), backward_(backward) {
+    // The first element positive, so that ReLU's outputs are never all zero.
+    Matrix<double> x = random(s.rows, s.in, 2.0);
+    x(0, 0) = std::abs(x(0, 0));
+    x_ = input(x, t);
+    if (backward) dy_ = input(random(s.rows, s.in), t);
+    y_ = output(s.rows, s.in, t, false);
+    bytes = bytes_of(t) * s.rows * s.in * (backward ? 3.0 : 2.0);
+  }
+  void run() override {
+    if (backward_) {
+      backend_.activation_backward(activation_, x_, dy_, y_);
+    } else {
+      backend_.activation_forward(activation_, x_, y_);
+    }
+  }
+  std::vector<Expectation> expected() override {
+    const Matrix<Bounded> x = held(x_);
+    Matrix<Bounded> e;
+    switch (activation_) {
+      case Activation::relu: e = backward_ ? ref::relu_backward(x, held(dy_)) : ref::relu_forward(x); break;
+      case Activation::gelu_tanh: e = backward_ ? ref::gelu_backward(x, held(dy_)) : ref::gelu_forward(x); break;
+      case Activation::gelu_erf:
+        e = backward_ ? ref::gelu_erf_backward(x, held(dy_)) : ref::gelu_erf_forward(x);
+        break;
+    }
+    return {{backward_ ? "dx" : "y", stored(e, ref::Storage::compute), &y_}};
+  }
+
+ private:
+  Activation activation_;
+  bool backward_;
+  Tensor x_, dy_, y_;
+};
+
+// ------------------------------------------------------------ concatenation
+
+// A block of columns of src into a block of dst, whose other columns keep
+// their values: what a concatenation on the feature axis and its backward
+// do. src [rows, in], dst [rows, out]; the block is the last half of the
+// narrower.
+class CopyColumnsOp : public TableOp {
+ public:
+  CopyColumnsOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed) : TableOp(b, t, seed) {
+    count_ = std::max(1L, std::min(s.in, s.out) / 2);
+    src_first_ = s.in - count_;
+    dst_first_ = s.out - count_;
+    src_ = input(random(s.rows, s.in), t);
+    dst_ = output(s.rows, s.out, t, true);
+    bytes = bytes_of(t) * static_cast<double>(s.rows * count_) * 2.0;
+  }
+  void run() override { backend_.copy_columns(src_, src_first_, dst_, dst_first_, count_); }
+  std::vector<Expectation> expected() override {
+    Matrix<Bounded> e = initial(dst_);
+    e.middleCols(dst_first_, count_) = held(src_).middleCols(src_first_, count_);
+    return {{"dst", stored(e, ref::Storage::compute), &dst_}};
+  }
+
+ private:
+  long count_ = 0, src_first_ = 0, dst_first_ = 0;
+  Tensor src_, dst_;
+};
+
+// ----------------------------------------------------------- data movement
+
+// Every element of an overwritten tensor set to one value, rounded to its
+// dtype (1/3: inexact in every dtype, so the store must round).
+class FillOp : public TableOp {
+ public:
+  FillOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed) : TableOp(b, t, seed) {
+    y_ = output(s.rows, s.in, t, false);
+    bytes = bytes_of(t) * static_cast<double>(s.rows * s.in);
+  }
+  void run() override { backend_.fill(y_, kValue); }
+  std::vector<Expectation> expected() override {
+    const Matrix<Bounded> e = Matrix<Bounded>::Constant(y_.rows, y_.cols, Bounded(static_cast<double>(kValue)));
+    return {{"y", stored(e, ref::Storage::compute), &y_}};
+  }
+
+ private:
+  static constexpr float kValue = 1.0f / 3.0f;
+  Tensor y_;
+};
+
+// A float32 tensor stored into one of the compute dtype (the training
+// loop's compute copy of the master weights).
+class ConvertOp : public TableOp {
+ public:
+  ConvertOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed) : TableOp(b, t, seed) {
+    x_ = input(random(s.rows, s.in), DType::f32);
+    y_ = output(s.rows, s.in, t, false);
+    bytes = (4.0 + bytes_of(t)) * static_cast<double>(s.rows * s.in);
+  }
+  void run() override { backend_.convert(x_, y_); }
+  std::vector<Expectation> expected() override { return {{"y", stored(held(x_), ref::Storage::compute), &y_}}; }
+
+ private:
+  Tensor x_, y_;
+};
+
+// all_finite over a list of finite tensors (true), then over the same list
+// with an infinity in the last element of the last tensor, its scalar tail
+// (false).
+class AllFiniteOp : public TableOp {
+ public:
+  AllFiniteOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed) : TableOp(b, t, seed) {
+    double elements = 0.0;
+    for (long k = 0; k < s.out; ++k) {
+      const long n = s.rows * s.in + k;
+      elements += static_cast<double>(n);
+      finite_.push_back(input(random(1, n), t));
+    }
+    with_inf_ = finite_;
+    Matrix<double> last = random(1, finite_.back().cols);
+    last(0, last.cols() - 1) = std::numeric_limits<double>::infinity();
+    with_inf_.back() = input(last, t);
+    bytes = 2.0 * bytes_of(t) * elements;
+  }
+  void run() override {
+    finite_result_ = backend_.all_finite(finite_);
+    with_inf_result_ = backend_.all_finite(with_inf_);
+  }
+  std::vector<Expectation> expected() override {
+    Matrix<Bounded> e(1, 2);
+    e << Bounded(1.0), Bounded(0.0);
+    Expectation x("finite list, then with an infinity (1 = true)", e, nullptr);
+    x.actual = {finite_result_ ? 1.0 : 0.0, with_inf_result_ ? 1.0 : 0.0};
+    return {x};
+  }
+
+ private:
+  std::vector<Tensor> finite_, with_inf_;
+  bool finite_result_ = false, with_inf_result_ = true;
+};
+
+// ------------------------------------------------------------- normalizers
+
+// Forward then backward of one normalizer, with its affine parameters and,
+// for BatchNorm, its running statistics.
+class NormOp : public TableOp {
+ public:
+  NormOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed, NormKind kind) : TableOp(b, t, seed) {
+    config_.kind = kind;
+    config_.positions = s.rows % 3 == 0 ? 3 : 1;
+    config_.groups = s.in % 3 == 0 ? 3 : (s.in % 2 == 0 ? 2 : 1);
+    const bool rms = kind == NormKind::rms, batch = kind == NormKind::batch;
+    const long groups = norm_geometry(config_, s.rows, s.in).group_count();
+    x_ = input(random(s.rows, s.in, 3.0), t);
+    gamma_ = input(random(1, s.in, 0.2, 1.0), t);
+    if (!rms) beta_ = input(random(1, s.in, 0.2), t);
+    dy_ = input(random(s.rows, s.in), t);
+    y_ = output(s.rows, s.in, t, false);
+    mean_ = output(1, groups, DType::f32, false);
+    rstd_ = output(1, groups, DType::f32, false);
+    dx_ = output(s.rows, s.in, t, false);
+    dgamma_ = output(1, s.in, DType::f32, true);
+    if (!rms) dbeta_ = output(1, s.in, DType::f32, true);
+    if (batch) {
+      running_mean_ = output(1, s.in, DType::f32, true, 0.1);
+      running_var_ = output(1, s.in, DType::f32, true, 0.1, 1.0);
+    }
+    bytes = bytes_of(t) * s.rows * s.in * 5.0;
+  }
+  void run() override {
+    backend_.norm_forward(config_, x_, gamma_, beta_, y_, mean_, rstd_, running_mean_, running_var_);
+    backend_.norm_backward(config_, x_, gamma_, dy_, mean_, rstd_, dx_, dgamma_, dbeta_);
+  }
+  std::vector<Expectation> expected() override {
+    const bool rms = config_.kind == NormKind::rms;
+    const ref::NormShape shape{reference_kind(config_.kind), config_.groups, config_.positions,
+                               static_cast<double>(config_.eps)};
+    const Matrix<Bounded> x = held(x_), gamma = held(gamma_), beta = rms ? Matrix<Bounded>() : held(beta_);
+    const auto stats = ref::norm_statistics(shape, x);
+    const auto g = ref::norm_backward(shape, x, gamma, held(dy_), stats);
+    std::vector<Expectation> out = {
+        {"y", stored(ref::norm_forward(shape, x, gamma, beta, stats), ref::Storage::compute), &y_},
+        {"dx", stored(g.dx, ref::Storage::compute), &dx_},
+        {"dgamma", stored(Matrix<Bounded>(initial(dgamma_) + g.dgamma), ref::Storage::accumulate), &dgamma_}};
+    if (!rms) out.push_back({"dbeta", stored(Matrix<Bounded>(initial(dbeta_) + g.dbeta), ref::Storage::accumulate), &dbeta_});
+    if (config_.kind == NormKind::batch) {
+      Matrix<Bounded> rm = initial(running_mean_), rv = initial(running_var_);
+      ref::batchnorm_update_running(rm, rv, stats, static_cast<double>(config_.momentum));
+      out.push_back({"running_mean", stored(rm, ref::Storage::master), &running_mean_});
+      out.push_back({"running_var", stored(rv, ref::Storage::master), &running_var_});
+    }
+    return out;
+  }
+
+ private:
+  static ref::NormKind reference_kind(NormKind k) {
+    switch (k) {
+      case NormKind::layer: return ref::NormKind::layer;
+      case NormKind::rms: return ref::NormKind::rms;
+      case NormKind::group: return ref::NormKind::group;
+      case NormKind::batch: break;
+    }
+    return ref::NormKind::batch;
+  }
+  NormConfig config_;
+  Tensor x_, gamma_, beta_, dy_, y_, mean_, rstd_, dx_, dgamma_, dbeta_, running_mean_, running_var_;
+};
+
+// ------------------------------------------------------------------ losses
+
+class LossOp : public TableOp {
+ public:
+  LossOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed, LossKind kind) : TableOp(b, t, seed), kind_(kind) {
+    y_ = input(random(s.rows, s.in, 2.0), t);
+    if (kind == LossKind::mse) {
+      targets_ = input(random(s.rows, s.in), DType::f32);
+    } else {
+      // Every third row is padding (ignored); the first row always counts.
+      std::uniform_int_distribution<long> pick(0, s.in - 1);
+      Matrix<double> classes(s.rows, 1);
+      for (long r = 0; r < s.rows; ++r) {
+        classes_.push_back(r % 3 == 2 ? ref::kIgnoreClass : static_cast<int>(pick(rng_)));
+        classes(r, 0) = classes_.back();
+      }
+      targets_ = input(classes, DType::f32);
+    }
+    dy_ = output(s.rows, s.in, t, false);
+    bytes = bytes_of(t) * s.rows * s.in * 2.0;
+  }
+  void run() override { loss_sum_ = backend_.loss_forward_backward(kind_, y_, targets_, scale(), dy_); }
+  std::vector<Expectation> expected() override {
+    const Bounded s(static_cast<double>(scale()));
+    const auto l = kind_ == LossKind::mse ? ref::mse_loss(held(y_), held(targets_), s)
+                                          : ref::cross_entropy_loss(held(y_), classes_, s);
+    return {{"dy", stored(l.dy, ref::Storage::compute), &dy_},
+            {"loss sum", l.loss_sum, loss_sum_}};
+  }
+
+ private:
+  float scale() const { return kind_ == LossKind::mse ? 0.125f : 0.25f; }
+  LossKind kind_;
+  std::vector<int> classes_;
+  Tensor y_, targets_, dy_;
+  double loss_sum_ = 0.0;
+};
+
+// --------------------------------------------------------------- list ops
+
+enum class ListKind { zero, scale, accumulate, accumulate_kahan, global_norm };
+
+// One list op over `out` tensors of rows x in + k elements (k = 0, 1, ...:
+// odd tails), so one launch covers several tensors.
+class ListOpCheck : public TableOp {
+ public:
+  ListOpCheck(Backend& b, const OpSize& s, DType t, std::uint64_t seed, ListKind kind) : TableOp(b, t, seed), kind_(kind) {
+    double elements = 0.0;
+    for (long k = 0; k < s.out; ++k) {
+      const long n = s.rows * s.in + k;
+      elements += static_cast<double>(n);
+      if (kind == ListKind::global_norm) {
+        dst_.push_back(input(random(1, n), t));
+        continue;
+      }
+      dst_.push_back(output(1, n, DType::f32, true));
+      if (kind == ListKind::accumulate || kind == ListKind::accumulate_kahan) src_.push_back(input(random(1, n), t));
+      if (kind == ListKind::accumulate_kahan) compensation_.push_back(output(1, n, DType::f32, true, 0.0));
+    }
+    // Bytes per element: read and write the buffer, read the source, read
+    // and write the compensation; zero only writes, the norm only reads.
+    switch (kind) {
+      case ListKind::zero: bytes = 4.0 * elements; break;
+      case ListKind::scale: bytes = 8.0 * elements; break;
+      case ListKind::accumulate: bytes = (8.0 + bytes_of(t)) * elements; break;
+      case ListKind::accumulate_kahan: bytes = (16.0 + bytes_of(t)) * elements; break;
+      case ListKind::global_norm: bytes = bytes_of(t) * elements; break;
+    }
+  }
+  void run() override {
+    switch (kind_) {
+      case ListKind::zero: backend_.zero(dst_); break;
+      case ListKind::scale: backend_.scale(dst_, kFactor); break;
+      case ListKind::accumulate: backend_.accumulate(dst_, src_, {}); break;
+      case ListKind::accumulate_kahan: backend_.accumulate(dst_, src_, compensation_); break;
+      case ListKind::global_norm: norm_ = backend_.global_norm(dst_); break;
+    }
+  }
+  std::vector<Expectation> expected() override {
+    std::vector<Expectation> out;
+    if (kind_ == ListKind::global_norm) {
+      std::vector<Bounded> all;
+      for (const Tensor& t : dst_) {
+        const Matrix<Bounded> m = held(t);
+        all.insert(all.end(), m.data(), m.data() + m.size());
+      }
+      const Bounded sum = ref::reduce<Bounded>(static_cast<long>(all.size()), [&](long i) {
+        return all[static_cast<std::size_t>(i)] * all[static_cast<std::size_t>(i)];
+      });
+      out.push_back({"norm", ref::sqrt(sum), norm_});
+      return out;
+    }
+    for (std::size_t i = 0; i < dst_.size(); ++i) {
+      const std::string name = "tensor " + std::to_string(i);
+      const Matrix<Bounded> before = initial(dst_[i]);
+      switch (kind_) {
+        case ListKind::zero:
+          out.push_back({name, ref::zeros<Bounded>(before.rows(), before.cols()), &dst_[i], true});
+          break;
+        case ListKind::scale:
+          out.push_back({name, stored(Matrix<Bounded>(before * Bounded(static_cast<double>(kFactor))), ref::Storage::accumulate),
+                         &dst_[i]});
+          break;
+        case ListKind::accumulate:
+        case ListKind::accumulate_kahan:
+          // With a zero compensation the first compensated add is a plain add.
+          out.push_back({name, stored(Matrix<Bounded>(before + held(src_[i])), ref::Storage::accumulate), &dst_[i]});
+          break;
+        case ListKind::global_norm: break;
+      }
+    }
+    return out;
+  }
+
+ private:
+  static constexpr float kFactor = 0.5f;  // an exact scale: the kernel's result is then the rounding of one product
+  ListKind kind_;
+  std::vector<Tensor> dst_, src_, compensation_;
+  double norm_ = 0.0;
+};
+
+// -------------------------------------------------------------- optimizers
+
+// Three steps, the state carried from step to step as the training loop
+// carries it, each step checked against the reference started from the
+// kernel's state before it (the harness's own rule: bounds do not compound).
+class OptimizerOp : public TableOp {
+ public:
+  OptimizerOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed, ref::OptimizerSpec o) : TableOp(b, t, seed), o_(o) {
+    o_.lr = o.kind == ref::OptimizerKind::sgd ? 0.1 : 1e-2;  // hyper-parameters of the check, not tolerances
+    p0_ = random(s.rows, s.in);
+    p_ = input(p0_, DType::f32);
+    first_ = input(Matrix<double>::Zero(s.rows, s.in), DType::f32);
+    second_ = input(Matrix<double>::Zero(s.rows, s.in), DType::f32);
+    for (int k = 0; k < kSteps; ++k) grads_.push_back(input(random(s.rows, s.in), t));
+    bytes = s.rows * s.in * (bytes_of(t) + 4.0 * (o.kind == ref::OptimizerKind::sgd ? 4.0 : 6.0));
+  }
+  void run() override { step(0); }
+  OpVerdict verify() override {
+    const std::vector<float> zero(static_cast<std::size_t>(p_.size()), 0.0f);
+    const std::vector<float> p0(p0_.data(), p0_.data() + p0_.size());
+    backend_.upload(p_, p0);
+    backend_.upload(first_, zero);
+    backend_.upload(second_, zero);
+    OpVerdict all;
+    for (step_ = 0; step_ < kSteps; ++step_) {
+      before_p_ = held(p_);
+      before_first_ = held(first_);
+      before_second_ = held(second_);
+      step(step_);
+      const ref::ScopedRoundingModel scope(model_);
+      OpVerdict v = compare_step();
+      all.worst_ratio = std::max(all.worst_ratio, v.worst_ratio);
+      if (!v.passed && all.passed) all = {false, ref::optimizer_name(o_) + ", step " + std::to_string(step_) + ": " + v.message, all.worst_ratio};
+    }
+    return all;
+  }
+
+ protected:
+  std::vector<Expectation> expected() override {
+    Matrix<Bounded> p = before_p_, first = before_first_, second = before_second_;
+    const Matrix<Bounded> g = held(grads_[static_cast<std::size_t>(step_)]);
+    const double lr = learning_rate(step_);
+    if (o_.kind == ref::OptimizerKind::sgd) {
+      ref::sgd_step(o_, lr, step_ == 0, p, g, first);
+    } else {
+      ref::adam_step(o_, lr, step_, p, g, first, second);
+    }
+    std::vector<Expectation> out = {{"parameters", stored(p, ref::Storage::master), &p_}};
+    if (o_.kind != ref::OptimizerKind::sgd || o_.momentum != 0.0)
+      out.push_back({"first moment", stored(first, ref::Storage::master), &first_});
+    if (o_.kind != ref::OptimizerKind::sgd) out.push_back({"second moment", stored(second, ref::Storage::master), &second_});
+    return out;
+  }
+
+ private:
+  static constexpr int kSteps = 3;
+  // As a schedule would change it from step to step.
+  double learning_rate(long step) const { return o_.lr * (1.0 + 0.1 * static_cast<double>(step)); }
+  void step(long k) {
+    const Tensor ps[] = {p_}, gs[] = {grads_[static_cast<std::size_t>(k)]}, fs[] = {first_}, ss[] = {second_};
+    backend_.optimizer_step(make_optimizer_step(o_, learning_rate(k), k), ps, gs, fs, ss);
+  }
+  OpVerdict compare_step();
+
+  ref::OptimizerSpec o_;
+  Matrix<double> p0_;
+  Tensor p_, first_, second_;
+  std::vector<Tensor> grads_;
+  long step_ = 0;
+  Matrix<Bounded> before_p_, before_first_, before_second_;
+};
+
+OpVerdict OptimizerOp::compare_step() { return compare(expected()); }
+
+template <class Op, class... Args>
+std::function<std::unique_ptr<PreparedOp>(Backend&, const OpSize&, DType, std::uint64_t)> make(Args... args) {
+  return [=](Backend& b, const OpSize& s, DType t, std::uint64_t seed) -> std::unique_ptr<PreparedOp> {
+    return std::make_unique<Op>(b, s, t, seed, args...);
+  };
+}
+
+ref::OptimizerSpec optimizer(ref::OptimizerKind kind, double momentum, double dampening, bool nesterov,
+                             double weight_decay) {
+  ref::OptimizerSpec o;
+  o.kind = kind;
+  o.momentum = momentum;
+  o.dampening = dampening;
+  o.nesterov = nesterov;
+  o.weight_decay = weight_decay;
+  return o;
+}
+
+}  // namespace
+
+const std::vector<OpSpec>& op_table() {
+  using K = ref::OptimizerKind;
+  const std::vector<OpSize> gemm = {{9, 13, 5}, {1, 1, 1}, {33, 17, 8}, {65, 31, 33}};
+  const std::vector<OpSize> wide = {{6, 7}, {1, 1}, {33, 17}};
+  const std::vector<OpSize> norm = {{12, 6}, {4, 5}, {30, 12}};
+  const std::vector<OpSize> loss = {{6, 4}, {1, 2}, {17, 11}};
+  const std::vector<OpSize> list = {{3, 5, 3}, {1, 1, 1}, {7, 4097, 3}};
+  const std::vector<OpSize> columns = {{5, 7, 9}, {1, 1, 1}, {33, 4, 17}};
+  const std::vector<OpSize> step = {{3, 4}, {1, 1}, {7, 13}};
+  static const std::vector<OpSpec> table = {
+      {"linear_forward", "y = x w^T + b", gemm, make<LinearForward>()},
+      {"linear_backward_data", "dx = dy w", gemm, make<LinearBackwardData>()},
+      {"linear_backward_weight", "dw += dy^T x, db += column sums of dy (beta = 1)", gemm, make<LinearBackwardWeight>()},
+      {"relu_forward", "y = max(x, 0)", wide, make<ActivationOp>(Activation::relu, false)},
+      {"relu_backward", "dx = dy where x > 0", wide, make<ActivationOp>(Activation::relu, true)},
+      {"gelu_forward", "GELU, tanh form", wide, make<ActivationOp>(Activation::gelu_tanh, false)},
+      {"gelu_backward", "GELU's derivative times dy", wide, make<ActivationOp>(Activation::gelu_tanh, true)},
+      {"gelu_erf_forward", "GELU, erf form (nn.GELU())", wide, make<ActivationOp>(Activation::gelu_erf, false)},
+      {"gelu_erf_backward", "GELU's (erf form) derivative times dy", wide, make<ActivationOp>(Activation::gelu_erf, true)},
+      {"fill", "every element set to one value", wide, make<FillOp>()},
+      {"convert", "float32 into the compute dtype", wide, make<ConvertOp>()},
+      {"copy_columns", "a block of columns into another tensor's (concatenation)", columns, make<CopyColumnsOp>()},
+      {"layer_norm", "LayerNorm forward and backward", norm, make<NormOp>(NormKind::layer)},
+      {"rms_norm", "RMSNorm forward and backward", norm, make<NormOp>(NormKind::rms)},
+      {"group_norm", "GroupNorm forward and backward", norm, make<NormOp>(NormKind::group)},
+      {"batch_norm", "BatchNorm forward (running statistics) and backward", norm, make<NormOp>(NormKind::batch)},
+      {"mse_loss", "MSE: loss sum and scaled dy", loss, make<LossOp>(LossKind::mse)},
+      {"cross_entropy_loss", "token cross-entropy with an ignore mask: loss sum and scaled dy", loss,
+       make<LossOp>(LossKind::cross_entropy)},
+      {"zero", "zero every tensor of a list", list, make<ListOpCheck>(ListKind::zero)},
+      {"scale", "scale every tensor of a list", list, make<ListOpCheck>(ListKind::scale)},
+      {"accumulate", "dst += src over a list", list, make<ListOpCheck>(ListKind::accumulate)},
+      {"accumulate_kahan", "dst += src over a list, Kahan-compensated", list, make<ListOpCheck>(ListKind::accumulate_kahan)},
+      {"global_norm", "the 2-norm of every element of a list", list, make<ListOpCheck>(ListKind::global_norm)},
+      {"all_finite", "whether every element of a list is finite", list, make<AllFiniteOp>()},
+      {"sgd", "SGD, weight decay", step, make<OptimizerOp>(optimizer(K::sgd, 0.0, 0.0, false, 0.01))},
+      {"sgd_momentum", "SGD with momentum and weight decay", step, make<OptimizerOp>(optimizer(K::sgd, 0.9, 0.0, false, 0.01))},
+      {"sgd_nesterov", "SGD with Nesterov momentum", step, make<OptimizerOp>(optimizer(K::sgd, 0.9, 0.0, true, 0.0))},
+      {"sgd_dampening", "SGD with momentum and dampening", step, make<OptimizerOp>(optimizer(K::sgd, 0.5, 0.1, false, 0.0))},
+      {"adam", "Adam with L2 weight decay", step, make<OptimizerOp>(optimizer(K::adam, 0.0, 0.0, false, 0.01))},
+      {"adamw", "AdamW with decoupled weight decay", step, make<OptimizerOp>(optimizer(K::adamw, 0.0, 0.0, false, 0.1))},
+  };
+  return table;
+}
+
+}  // namespace gradeq
