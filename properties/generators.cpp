@@ -31,9 +31,19 @@ rc::Gen<long> group_count(long channels) {
   return rc::gen::elementOf(divisors);
 }
 
-LayerSpec drawn_layer(const std::string& name, long width) {
-  const OpRecord* op = op_named(name);
+LayerSpec drawn_layer(const OpRecord* op, long width) {
   return {op, op->argument().empty() ? 0 : *group_count(width), {}};
+}
+
+LayerSpec drawn_layer(const std::string& name, long width) { return drawn_layer(op_named(name), width); }
+
+// The layer after a hidden linear one of an independent model: an op of
+// the registry, each as often as its generator weight says.
+rc::Gen<const OpRecord*> hidden_layer_op() {
+  std::vector<const OpRecord*> drawn;
+  for (const OpRecord* op : all_ops())
+    for (int i = 0; i < op->generator_weight(); ++i) drawn.push_back(op);
+  return rc::gen::elementOf(drawn);
 }
 
 }  // namespace
@@ -127,8 +137,7 @@ rc::Gen<ScenarioSpec> independent_scenario() {
     for (long b = 0; b < hidden_blocks; ++b) {
       const long width = *awkward_width();
       s.model.layers.push_back(layer_of("linear", width));
-      const LayerSpec drawn =
-          drawn_layer(*rc::gen::element("relu", "gelu", "gelu_erf", "layernorm", "groupnorm", "rmsnorm"), width);
+      const LayerSpec drawn = drawn_layer(*hidden_layer_op(), width);
       s.model.layers.push_back(drawn);
       if (drawn.op->normalizes() && *rc::gen::arbitrary<bool>()) s.model.layers.push_back(layer_of("gelu"));
       features = width;

@@ -32,6 +32,17 @@ TEST(Registry, EveryOpIsOneRecordWithItsSyntax) {
   EXPECT_THROW(parse_layer("conv2d:3"), std::invalid_argument);
 }
 
+// The properties draw the layer after a hidden linear one from the ops'
+// generator weights: the activations and the normalizers that keep
+// samples apart; never the structural ops, nor BatchNorm (drawn by
+// generators of its own).
+TEST(Registry, GeneratorWeightsPickTheHiddenLayers) {
+  std::set<std::string> drawn;
+  for (const OpRecord* op : all_ops())
+    if (op->generator_weight() > 0) drawn.insert(std::string(op->name()));
+  EXPECT_EQ(drawn, (std::set<std::string>{"relu", "gelu", "gelu_erf", "layernorm", "rmsnorm", "groupnorm"}));
+}
+
 ref::ModelSpec pre_ln_block() {
   ref::ModelSpec m;
   m.input_features = 8;

@@ -12,6 +12,7 @@ class ActivationRecord : public OpRecordWith<Math> {
  public:
   void loop_forward(const LoopCall& c) const override { c.backend.activation_forward(A, c.x[0], c.y); }
   void loop_backward(const LoopCall& c) const override { c.backend.activation_backward(A, c.x[0], c.dy, c.dx[0]); }
+  int generator_weight() const override { return 1; }
 };
 
 }  // namespace gradeq

@@ -44,6 +44,7 @@ class NormRecord : public OpRecordWith<NormMath<K>> {
     return p;
   }
   bool normalizes() const override { return true; }
+  int generator_weight() const override { return this->couples_samples() ? 0 : 1; }
   std::optional<ref::NormShape> norm_shape(const ref::Model& model, const ref::Node& node) const override {
     ref::NormShape s;
     s.kind = K;

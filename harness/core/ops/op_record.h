@@ -40,6 +40,12 @@ class OpRecord : public ref::Op {
   // The statistics groups a normalizer saves for backward at `rows` rows
   // (one float32 mean and 1/sigma each); 0 for every other op.
   virtual long saved_groups(const ref::Model& /*model*/, const ref::Node& /*node*/, long /*rows*/) const { return 0; }
+  // How often the properties draw this op as the layer after a hidden
+  // linear one in an independent model (properties/generators.cpp),
+  // relative to the other ops' weights; 0: never there (the ops placed by
+  // a model's structure: linear, the combinators; or drawn by generators of
+  // their own: BatchNorm, which couples the samples of a micro-batch).
+  virtual int generator_weight() const { return 0; }
 };
 
 template <class Impl>
