@@ -9,20 +9,10 @@ torch.
 """
 
 import math
-import os
 import sys
 import tempfile
 
-try:
-    import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
-except ImportError as e:
-    print("SKIP: %s (install python3-torch and python3-numpy)" % e)
-    sys.exit(77)
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-import gradeq_export  # noqa: E402
+from torch_support import torch, nn, F, gradeq_export  # exits 77 without torch
 
 OUT = tempfile.mkdtemp(prefix="gradeq_refusals_")
 

@@ -20,19 +20,8 @@ import subprocess
 import sys
 import tempfile
 
-try:
-    import numpy as np
-    import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
-except ImportError as e:
-    print("SKIP: %s (install python3-torch and python3-numpy)" % e)
-    sys.exit(77)
+from torch_support import np, torch, nn, F, gradeq_export  # exits 77 without torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-import gradeq_export  # noqa: E402
-
-torch.set_num_threads(2)
 GRADEQ = sys.argv[1] if len(sys.argv) > 1 else None
 D, CLASSES = 8, 5
 failures = []

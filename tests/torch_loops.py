@@ -27,19 +27,8 @@ import sys
 import tempfile
 import warnings
 
-try:
-    import numpy as np
-    import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
-except ImportError as e:
-    print("SKIP: %s (install python3-torch and python3-numpy)" % e)
-    sys.exit(77)
+from torch_support import np, torch, nn, F, gradeq_export  # exits 77 without torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-import gradeq_export  # noqa: E402
-
-torch.set_num_threads(2)
 # B15's loop steps the scheduler before the optimizer; torch says so, and that is the bug.
 warnings.filterwarnings("ignore", message=re.escape("Detected call of `lr_scheduler.step()` before `optimizer.step()`"))
 POSITIONS, FEATURES, CLASSES = 6, 16, 11
