@@ -46,6 +46,17 @@ inline void require_column_ranges(const Tensor& src, long src_first, const Tenso
                  "copy_columns: columns out of range");
 }
 
+// embedding_forward / embedding_backward: ids [rows, 1] float32; the
+// table (w or dw) [vocabulary, width]; the rows (y or dy) [rows, width].
+// The ids' values are the caller's to keep in range (a device backend
+// cannot read them without a copy back).
+inline void require_embedding_shapes(const Tensor& ids, const Tensor& table, const Tensor& rows, const char* op) {
+  require_shape(ids, rows.rows, 1, op);
+  GRADEQ_REQUIRE(ids.dtype == DType::f32, std::string(op) + ": token ids are float32");
+  GRADEQ_REQUIRE(table.cols == rows.cols, std::string(op) + ": the table's width is " + std::to_string(table.cols) +
+                                              ", the rows' " + std::to_string(rows.cols));
+}
+
 // The preconditions of the list ops, checked alike by every backend: the
 // lists pair up, shapes agree, a compensation buffer has its buffer's dtype.
 inline void require_accumulate_lists(std::span<const Tensor> dst, std::span<const Tensor> src,

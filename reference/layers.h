@@ -153,6 +153,42 @@ LinearGrads<T> linear_backward(const Matrix<T>& x, const Matrix<T>& w, const Mat
   return {std::move(dx), std::move(dw).result(), std::move(db).result()};
 }
 
+// ---------------------------------------------------------------- Embedding
+
+// y[r, :] = w[ids[r], :]: a gather, exact. ids is [rows, 1], whole numbers
+// in [0, w.rows()).
+template <class T>
+Matrix<T> embedding_forward(const Matrix<double>& ids, const Matrix<T>& w) {
+  Matrix<T> y(ids.rows(), w.cols());
+  for (long r = 0; r < ids.rows(); ++r) y.row(r) = w.row(static_cast<long>(ids(r, 0)));
+  return y;
+}
+
+// dw[v, :] = into[v, :] + the sum of dy[r, :] over the rows r whose id is v,
+// for every v but padding_idx (< 0: none), whose row stays into's. Each
+// element is one reduction whose terms are into's element and the token's
+// rows of dy, as many as the token occurs, in any order (NUMERICS: the
+// embedding backward). A row of a token that does not occur is into's,
+// unrounded.
+template <class T>
+Matrix<T> embedding_backward(const Matrix<double>& ids, const Matrix<T>& dy, long padding_idx, const Matrix<T>& into) {
+  std::vector<std::vector<long>> rows_of(static_cast<std::size_t>(into.rows()));
+  for (long r = 0; r < ids.rows(); ++r) {
+    const long v = static_cast<long>(ids(r, 0));
+    if (v != padding_idx) rows_of[static_cast<std::size_t>(v)].push_back(r);
+  }
+  Matrix<T> dw = into;
+  for (long v = 0; v < into.rows(); ++v) {
+    const std::vector<long>& rows = rows_of[static_cast<std::size_t>(v)];
+    if (rows.empty()) continue;
+    for (long c = 0; c < into.cols(); ++c)
+      dw(v, c) = reduce<T>(static_cast<long>(rows.size()) + 1, [&](long i) {
+        return i == 0 ? into(v, c) : dy(rows[static_cast<std::size_t>(i - 1)], c);
+      });
+  }
+  return dw;
+}
+
 // ----------------------------------------------------------- activations
 
 template <class T>

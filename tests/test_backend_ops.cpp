@@ -372,6 +372,60 @@ TEST(OpTable, DataMovementEntriesCatchTheirBugs) {
   }
 }
 
+// The embedding entries catch the backward's real bugs: the padding row
+// receiving gradient (PyTorch #26302), a lost update on repeated tokens
+// (a non-atomic +=: here each token keeps only its last row), and dw
+// overwritten instead of accumulated.
+class EmbeddingBugBackend : public ForwardingBackend {
+ public:
+  enum class Bug { padding_row_updated, lost_updates, overwrites };
+  EmbeddingBugBackend(Backend& inner, Bug bug) : ForwardingBackend(inner), bug_(bug) {}
+  void embedding_backward(const Tensor& ids, const Tensor& dy, long padding_idx, const Tensor& dw) override {
+    if (bug_ == Bug::padding_row_updated) return ForwardingBackend::embedding_backward(ids, dy, -1, dw);
+    std::vector<float> id(static_cast<std::size_t>(ids.size())), g(static_cast<std::size_t>(dy.size())),
+        out(static_cast<std::size_t>(dw.size()));
+    download(ids, id);
+    download(dy, g);
+    download(dw, out);
+    std::vector<bool> written(static_cast<std::size_t>(dw.rows), false);
+    for (long r = 0; r < dy.rows; ++r) {
+      const auto v = static_cast<long>(id[static_cast<std::size_t>(r)]);
+      if (v == padding_idx) continue;
+      for (long c = 0; c < dy.cols; ++c) {
+        float& o = out[static_cast<std::size_t>(v * dw.cols + c)];
+        const float d = g[static_cast<std::size_t>(r * dy.cols + c)];
+        o = bug_ == Bug::overwrites && !written[static_cast<std::size_t>(v)] ? d : o + d;
+      }
+      written[static_cast<std::size_t>(v)] = true;
+    }
+    if (bug_ == Bug::lost_updates) {  // each token keeps its first value plus only its last row
+      download(dw, out);
+      std::vector<long> last(static_cast<std::size_t>(dw.rows), -1);
+      for (long r = 0; r < dy.rows; ++r) last[static_cast<std::size_t>(id[static_cast<std::size_t>(r)])] = r;
+      for (long v = 0; v < dw.rows; ++v)
+        if (v != padding_idx && last[static_cast<std::size_t>(v)] >= 0)
+          for (long c = 0; c < dy.cols; ++c)
+            out[static_cast<std::size_t>(v * dw.cols + c)] += g[static_cast<std::size_t>(last[static_cast<std::size_t>(v)] * dy.cols + c)];
+    }
+    upload(dw, out);
+  }
+
+ private:
+  Bug bug_;
+};
+
+TEST(OpTable, EmbeddingBackwardEntryCatchesItsBugs) {
+  CpuBackend cpu;
+  const OpSpec& op = find_op("embedding_backward");
+  const OpSize size{600, 5, 3};  // token 0 repeats hundreds of times; token 1 is padding
+  EXPECT_TRUE(op.prepare(cpu, size, DType::f32, 1)->verify().passed);
+  for (auto bug : {EmbeddingBugBackend::Bug::padding_row_updated, EmbeddingBugBackend::Bug::lost_updates,
+                   EmbeddingBugBackend::Bug::overwrites}) {
+    EmbeddingBugBackend buggy(cpu, bug);
+    EXPECT_FALSE(op.prepare(buggy, size, DType::f32, 1)->verify().passed) << static_cast<int>(bug);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, OpTable, ::testing::Combine(::testing::Values("cpu", "cuda"), ::testing::ValuesIn(op_names())),
                          [](const auto& info) { return std::get<1>(info.param) + "_" + std::get<0>(info.param); });
 

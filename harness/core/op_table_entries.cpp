@@ -154,6 +154,63 @@ class CopyColumnsOp : public TableOp {
   Tensor src_, dst_;
 };
 
+// --------------------------------------------------------------- embedding
+
+// Token ids for an embedding entry: [rows, 1], skewed towards small ids
+// (v = floor(V u^3)), so that the first tokens repeat many times and the
+// last ones hardly or never: every length of a token's sum is exercised.
+Matrix<double> token_ids(std::mt19937_64& rng, long rows, long vocabulary) {
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  Matrix<double> ids(rows, 1);
+  for (long r = 0; r < rows; ++r)
+    ids(r, 0) = std::min(vocabulary - 1, static_cast<long>(static_cast<double>(vocabulary) * std::pow(u(rng), 3.0)));
+  return ids;
+}
+
+// Size: rows tokens, a vocabulary of `in`, a width of `out`.
+class EmbeddingForwardOp : public TableOp {
+ public:
+  EmbeddingForwardOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed) : TableOp(b, t, seed) {
+    ids_values_ = token_ids(rng_, s.rows, s.in);
+    ids_ = input(ids_values_, DType::f32);
+    w_ = input(random(s.in, s.out), t);
+    y_ = output(s.rows, s.out, t, false);
+    bytes = 4.0 * s.rows + 2.0 * bytes_of(t) * static_cast<double>(s.rows * s.out);
+  }
+  void run() override { backend_.embedding_forward(ids_, w_, y_); }
+  std::vector<Expectation> expected() override {
+    return {{"y", stored(ref::embedding_forward(ids_values_, held(w_)), ref::Storage::compute), &y_}};
+  }
+
+ private:
+  Matrix<double> ids_values_;
+  Tensor ids_, w_, y_;
+};
+
+// dw += the rows of dy summed by token into a float32 buffer; the padding
+// token (id 1, where the vocabulary has one) gets nothing.
+class EmbeddingBackwardOp : public TableOp {
+ public:
+  EmbeddingBackwardOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed) : TableOp(b, t, seed) {
+    ids_values_ = token_ids(rng_, s.rows, s.in);
+    padding_ = s.in > 2 ? 1 : -1;
+    ids_ = input(ids_values_, DType::f32);
+    dy_ = input(random(s.rows, s.out), t);
+    dw_ = output(s.in, s.out, DType::f32, true);
+    bytes = 4.0 * s.rows + (bytes_of(t) + 8.0) * static_cast<double>(s.rows * s.out);
+  }
+  void run() override { backend_.embedding_backward(ids_, dy_, padding_, dw_); }
+  std::vector<Expectation> expected() override {
+    const Matrix<Bounded> dw = ref::embedding_backward(ids_values_, held(dy_), padding_, initial(dw_));
+    return {{"dw", stored(dw, ref::Storage::accumulate), &dw_}};
+  }
+
+ private:
+  Matrix<double> ids_values_;
+  long padding_ = -1;
+  Tensor ids_, dy_, dw_;
+};
+
 // ----------------------------------------------------------- data movement
 
 // Every element of an overwritten tensor set to one value, rounded to its
@@ -516,6 +573,8 @@ const std::vector<OpSpec>& op_table() {
   const std::vector<OpSize> loss = {{6, 4}, {1, 2}, {17, 11}};
   const std::vector<OpSize> list = {{3, 5, 3}, {1, 1, 1}, {7, 4097, 3}};
   const std::vector<OpSize> columns = {{5, 7, 9}, {1, 1, 1}, {33, 4, 17}};
+  // rows (tokens), vocabulary, width: a token of 5 repeats over 256 times in 600 rows.
+  const std::vector<OpSize> tokens = {{12, 7, 5}, {1, 1, 1}, {600, 5, 3}, {33, 97, 17}};
   const std::vector<OpSize> step = {{3, 4}, {1, 1}, {7, 13}};
   static const std::vector<OpSpec> table = {
       {"linear_forward", "y = x w^T + b", gemm, make<LinearForward>()},
@@ -530,6 +589,9 @@ const std::vector<OpSpec>& op_table() {
       {"fill", "every element set to one value", wide, make<FillOp>()},
       {"convert", "float32 into the compute dtype", wide, make<ConvertOp>()},
       {"copy_columns", "a block of columns into another tensor's (concatenation)", columns, make<CopyColumnsOp>()},
+      {"embedding_forward", "y = the table's rows of the token ids", tokens, make<EmbeddingForwardOp>()},
+      {"embedding_backward", "dw += dy summed by token, none into the padding row", tokens,
+       make<EmbeddingBackwardOp>()},
       {"layer_norm", "LayerNorm forward and backward", norm, make<NormOp>(NormKind::layer)},
       {"rms_norm", "RMSNorm forward and backward", norm, make<NormOp>(NormKind::rms)},
       {"group_norm", "GroupNorm forward and backward", norm, make<NormOp>(NormKind::group)},
