@@ -72,7 +72,34 @@ class RowSum {
     for (long r = 0; r < rows; ++r)
       for (long c = 0; c < cols; ++c) add_term(columns_[static_cast<std::size_t>(c)], term(r, c));
   }
+  // += dy's row r into row key(r) of a [keys, cols] sum, for every row
+  // whose key is >= 0 (an embedding's dW: each token's rows summed, a
+  // reduction as long as the token's count). A row no key reaches is 0.
+  template <class K>
+  void add_rows_by_key(long keys, const Matrix<T>& dy, K&& key) {
+    if (keyed_.empty()) {
+      keys_ = keys;
+      keyed_.resize(static_cast<std::size_t>(keys * dy.cols()));
+    }
+    for (long r = 0; r < dy.rows(); ++r) {
+      const long k = key(r);
+      if (k < 0) continue;
+      for (long c = 0; c < dy.cols(); ++c) add_term(keyed_[static_cast<std::size_t>(k * dy.cols() + c)], dy(r, c));
+    }
+  }
   Matrix<T> result() && {
+    if (!keyed_.empty()) {
+      const long cols = static_cast<long>(keyed_.size()) / keys_;
+      Matrix<T> out(keys_, cols);
+      for (long i = 0; i < out.size(); ++i) {
+        if constexpr (std::is_same_v<T, Bounded>) {
+          out.data()[i] = std::move(keyed_[static_cast<std::size_t>(i)]).result();
+        } else {
+          out.data()[i] = keyed_[static_cast<std::size_t>(i)];
+        }
+      }
+      return out;
+    }
     if constexpr (std::is_same_v<T, Bounded>) {
       if (product_) return product_->decide();
     } else {
@@ -118,6 +145,8 @@ class RowSum {
 
   Product product_;
   std::vector<Column> columns_;
+  long keys_ = 0;
+  std::vector<Column> keyed_;
 };
 
 template <class T>

@@ -98,6 +98,19 @@ Model::Model(const ModelSpec& s) : spec(s) {
   consumers.push_back(0);
   Resolver(*this).resolve(s.layers, "", 0, true);
   block_starts.push_back(nodes.size());
+  if (s.padding_token >= 0 && (!s.token_input || s.padding_token >= s.input_features))
+    throw std::invalid_argument("model: the padding token must be a token id, in [0, vocabulary)");
+  for (const Node& n : nodes)
+    for (std::size_t v : n.inputs) {
+      const bool ids = v == 0 && s.token_input;
+      if (ids && !n.op->reads_token_ids())
+        throw std::invalid_argument("model: " + std::string(n.op->name()) +
+                                    " reads the token ids: only an embedding reads a token model's input");
+      if (!ids && n.op->reads_token_ids())
+        throw std::invalid_argument("model: " + std::string(n.op->name()) +
+                                    " reads token ids: it must be the first layer of a model whose input is tokens "
+                                    "(vocabulary)");
+    }
   if (s.loss == LossKind::cross_entropy && output_width() < 2)
     throw std::invalid_argument("model: cross-entropy needs >= 2 output classes");
 }
@@ -118,7 +131,7 @@ std::string loss_name(LossKind kind) {
 
 std::string describe(const ModelSpec& spec) {
   std::ostringstream os;
-  os << "in(" << spec.input_features << ")-";
+  os << "in(" << spec.input_features << (spec.token_input ? " tokens" : "") << ")-";
   describe_layers(os, spec.layers);
   os << " -> " << loss_name(spec.loss);
   if (spec.positions > 1) os << ", " << spec.positions << " positions/sample";

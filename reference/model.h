@@ -29,7 +29,12 @@ struct LayerSpec {
 };
 
 struct ModelSpec {
+  // The input's width. With token_input, the vocabulary: the input is a
+  // token id per row, a one-hot row of this width stored as its index
+  // ([rows, 1], whole numbers), read only by an embedding.
   long input_features = 1;
+  bool token_input = false;
+  long padding_token = -1;  // the id of padded positions (an embedding's padding_idx); < 0: none
   long positions = 1;  // rows per sample
   std::vector<LayerSpec> layers;
   LossKind loss = LossKind::mse;
@@ -68,6 +73,15 @@ struct Model {
 
   std::size_t values() const { return widths.size(); }
   long output_width() const { return widths.back(); }
+  // The columns value v is stored with: its width, but 1 for token ids.
+  long stored_width(std::size_t v) const { return v == 0 && spec.token_input ? 1 : widths[v]; }
+  // The widest value a gradient is kept for: every value's, but token ids
+  // have none.
+  long widest_gradient() const {
+    long w = 0;
+    for (std::size_t v = spec.token_input ? 1 : 0; v < widths.size(); ++v) w = std::max(w, widths[v]);
+    return w;
+  }
   bool couples_samples() const;  // a BatchNorm somewhere
 };
 

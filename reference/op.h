@@ -117,6 +117,9 @@ class Op {
   // Statistics over the whole batch (BatchNorm): a micro-batch cannot be
   // computed in slices, and the exact procedure supplies the window's.
   virtual bool couples_samples() const { return false; }
+  // Whether its input is token ids (an embedding): only such an op reads
+  // a token model's input, and it reads nothing else.
+  virtual bool reads_token_ids() const { return false; }
 
   virtual Matrix<double> forward(const OpForward<double>& call) const = 0;
   virtual Matrix<Bounded> forward(const OpForward<Bounded>& call) const = 0;

@@ -132,16 +132,31 @@ ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::
       "weight_decay", "betas", "eps", "clip_max_norm", "warmup_steps", "total_steps", "loss_scale",
       "dynamic_loss_scale", "growth_interval", "compensated", "norm_eps", "batchnorm_momentum", "tf32",
       "reduced_precision_reduction", "checkpoint_every", "growth_factor", "backoff_factor", "batchnorm_mode",
-      "frozen", "accumulation"};
+      "frozen", "accumulation", "vocabulary", "padding_token"};
   for (const auto& [key, value] : t)
     if (!known.count(std::string(key.str()))) fail(where, "unknown key '" + std::string(key.str()) + "'");
-  for (const char* required : {"name", "input_features", "layers", "split"})
+  for (const char* required : {"name", "layers", "split"})
     if (!t.contains(required)) fail(where, std::string("missing key '") + required + "'");
+  if (t.contains("input_features") == t.contains("vocabulary"))
+    fail(where, "give either 'input_features' (dense inputs) or 'vocabulary' (token ids), not both or neither");
 
   ScenarioSpec s;
   s.name = text(*t.get("name"), where, "name");
   if (valid_scenario_name(s.name)) where += " (" + s.name + ")";  // a bad name is said by validate(), not echoed
-  s.model.input_features = positive_integer(*t.get("input_features"), where, "input_features");
+  if (const toml::node* n = t.get("vocabulary")) {
+    s.model.token_input = true;
+    s.model.input_features = positive_integer(*n, where, "vocabulary");
+  } else {
+    s.model.input_features = positive_integer(*t.get("input_features"), where, "input_features");
+  }
+  if (const toml::node* n = t.get("padding_token")) {
+    if (!s.model.token_input) fail(where, "padding_token: only a model whose input is tokens (vocabulary) has one");
+    const auto id = n->value<long long>();
+    if (!id || !n->is_integer() || *id < 0) fail(where, "padding_token must be a token id, an integer >= 0");
+    const long v = static_cast<long>(*id);
+    if (v >= s.model.input_features) fail(where, "padding_token: must be a token id, in [0, vocabulary)");
+    s.model.padding_token = v;
+  }
   if (const toml::node* n = t.get("positions")) s.model.positions = positive_integer(*n, where, "positions");
   s.model.layers = layer_list(*t.get("layers"), where, "layers");
   if (const toml::node* n = t.get("loss"))
@@ -322,7 +337,7 @@ nlohmann::json scenario_to_json(const ScenarioSpec& s) {
   const ref::OptimizerSpec& o = p.optimizer;
   nlohmann::json j = {
       {"name", s.name},
-      {"input_features", s.model.input_features},
+      {s.model.token_input ? "vocabulary" : "input_features", s.model.input_features},
       {"positions", s.model.positions},
       {"layers", layers},
       {"loss", ref::loss_name(s.model.loss)},
@@ -372,6 +387,7 @@ nlohmann::json scenario_to_json(const ScenarioSpec& s) {
   }
   if (p.clip.enabled) j["clip_max_norm"] = p.clip.max_norm;
   if (s.checkpoint_every > 0) j["checkpoint_every"] = s.checkpoint_every;
+  if (s.model.padding_token >= 0) j["padding_token"] = s.model.padding_token;
   if (p.schedule.warmup_cosine) {
     j["warmup_steps"] = p.schedule.warmup_steps;
     j["total_steps"] = p.schedule.total_steps;

@@ -80,12 +80,29 @@ ref::Tensors<double> initial_parameters(const ScenarioSpec& s, SeededRandom& rng
   return params;
 }
 
+// Token ids from a Zipf distribution over the vocabulary, P(v) ∝ 1 / (v + 1)^1.1:
+// the first tokens repeat hundreds of times in a window of thousands, as
+// real text's do, so that an embedding's per-token sums are long.
+ref::Matrix<double> zipf_tokens(SeededRandom& rng, long rows, long vocabulary) {
+  std::vector<double> cumulative(static_cast<std::size_t>(vocabulary));
+  double total = 0.0;
+  for (long v = 0; v < vocabulary; ++v) cumulative[static_cast<std::size_t>(v)] = total += std::pow(v + 1.0, -1.1);
+  ref::Matrix<double> ids(rows, 1);
+  for (long r = 0; r < rows; ++r) {
+    const double u = rng.uniform() * total;
+    ids(r, 0) = static_cast<double>(std::min<long>(
+        vocabulary - 1, std::lower_bound(cumulative.begin(), cumulative.end(), u) - cumulative.begin()));
+  }
+  return ids;
+}
+
 ref::Batch make_window(const ScenarioSpec& s, SeededRandom& rng, long samples) {
   const long rows = samples * s.model.positions;
   const long outputs = ref::Model(s.model).output_width();
   ref::Batch b;
   b.positions = s.model.positions;
-  b.inputs = draw(rng, rows, s.model.input_features, s.data);
+  b.inputs = s.model.token_input ? zipf_tokens(rng, rows, s.model.input_features)
+                                 : draw(rng, rows, s.model.input_features, s.data);
   if (s.model.loss == ref::LossKind::mse) {
     b.targets = s.data == DataKind::dyadic ? draw(rng, rows, outputs, DataKind::dyadic)
                                            : draw(rng, rows, outputs, DataKind::normal);
@@ -98,6 +115,10 @@ ref::Batch make_window(const ScenarioSpec& s, SeededRandom& rng, long samples) {
       b.classes[sample * s.model.positions + t] =
           t < length ? static_cast<int>(rng.integer(0, outputs - 1)) : ref::kIgnoreClass;
   }
+  // A token model's padded positions hold the padding token.
+  if (s.model.token_input && s.model.padding_token >= 0)
+    for (long r = 0; r < rows; ++r)
+      if (b.classes[static_cast<std::size_t>(r)] == ref::kIgnoreClass) b.inputs(r, 0) = static_cast<double>(s.model.padding_token);
   return b;
 }
 

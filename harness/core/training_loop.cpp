@@ -101,9 +101,10 @@ void TrainingLoop::allocate(const Scenario& s, long max_rows) {
   plan_ = loop_plan(model, s.spec.checkpoint_every);
   activations_.assign(plan_.slot_widths.size(), {});
   for (std::size_t i = 0; i < activations_.size(); ++i)
-    own(activations_[i], max_rows, plan_.slot_widths[i], compute, MemoryCategory::activations);
+    own(activations_[i], max_rows, plan_.slot_widths[i], i == plan_.ids_slot ? DType::f32 : compute,
+        MemoryCategory::activations);
   gradient_buffers_.assign(plan_.gradient_buffers, {});
-  const long widest = *std::max_element(model.widths.begin(), model.widths.end());
+  const long widest = model.widest_gradient();
   for (Tensor& g : gradient_buffers_) own(g, max_rows, widest, compute, MemoryCategory::activations);
   for (std::size_t n = 0; n < model.nodes.size(); ++n) {
     const long groups = record_of(*model.nodes[n].op).saved_groups(model, model.nodes[n], max_rows);
@@ -148,7 +149,7 @@ MemoryUsage TrainingLoop::measured_memory() const {
 
 Tensor TrainingLoop::activation(std::size_t v, long rows) const {
   const Tensor& slot = activations_[plan_.slot_of[v]];
-  return Tensor{slot.data, rows, model_->widths[v], slot.dtype};
+  return Tensor{slot.data, rows, model_->stored_width(v), slot.dtype};
 }
 
 Tensor TrainingLoop::gradient_buffer(std::size_t k, long rows, long width) const {
@@ -429,8 +430,10 @@ double TrainingLoop::forward_loss_backward(const ref::Batch& mb, float scale, co
       c.grads = grad_targets.data() + c.node.first_parameter;
       for (std::size_t i = 0; i < c.node.inputs.size(); ++i) {
         const std::size_t v = c.node.inputs[i];
-        c.dx.push_back(gradient_buffer(step.dx[i], rows, model.widths[v]));
+        // The model's input has no gradient (some kernels write one all the
+        // same, into a buffer nothing reads); token ids have none at all.
         c.needed.push_back(v > 0);
+        c.dx.push_back(v > 0 || !m.token_input ? gradient_buffer(step.dx[i], rows, model.widths[v]) : Tensor{});
         backend_.fill(c.dx.back(), kPoison);
       }
       record_of(*c.node.op).loop_backward(c);

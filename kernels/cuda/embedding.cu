@@ -38,6 +38,12 @@ __global__ void embedding_backward_atomic(const float* ids, const void* dy, DTyp
   }
 }
 
+// dw = round(dw + sum) over every element (x + 0 = x where no token adds).
+__global__ void add_rounded(void* dw, DType t, const float* sum, long n) {
+  for (long i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += static_cast<long>(gridDim.x) * blockDim.x)
+    store(dw, t, i, load(dw, t, i) + sum[i]);
+}
+
 }  // namespace
 
 void CudaBackend::embedding_forward(const Tensor& ids, const Tensor& w, const Tensor& y) {
@@ -48,19 +54,28 @@ void CudaBackend::embedding_forward(const Tensor& ids, const Tensor& w, const Te
   GRADEQ_LAUNCH_CHECK();
 }
 
+// A float32 buffer takes the sums directly; a narrower one gets them in a
+// zeroed float32 scratch first, then one add and one rounding per element
+// (as the host backend).
 void CudaBackend::embedding_backward(const Tensor& ids, const Tensor& dy, long padding_idx, const Tensor& dw) {
   require_embedding_shapes(ids, dw, dy, "embedding_backward");
-  GRADEQ_REQUIRE(dw.dtype == DType::f32, "embedding_backward: the gradient buffer is float32");
-  if (dy.empty()) return;
+  if (dy.empty() || dw.empty()) return;
   const auto* id = static_cast<const float*>(ids.data);
-  auto* out = static_cast<float*>(dw.data);
+  float* sum = static_cast<float*>(dw.data);
+  if (dw.dtype != DType::f32) {
+    sum = scratch(dw.size());
+    GRADEQ_CUDA_CHECK(cudaMemset(sum, 0, static_cast<std::size_t>(dw.size()) * sizeof(float)));
+  }
   if (deterministic()) {
     embedding_backward_by_column<<<blocks_for(dy.cols), kThreads>>>(id, dy.data, dy.dtype, dy.rows, dy.cols,
-                                                                    padding_idx, out);
+                                                                    padding_idx, sum);
   } else {
     embedding_backward_atomic<<<blocks_for(dy.size()), kThreads>>>(id, dy.data, dy.dtype, dy.rows, dy.cols,
-                                                                   padding_idx, out);
+                                                                   padding_idx, sum);
   }
+  GRADEQ_LAUNCH_CHECK();
+  if (dw.dtype == DType::f32) return;
+  add_rounded<<<blocks_for(dw.size()), kThreads>>>(dw.data, dw.dtype, sum, dw.size());
   GRADEQ_LAUNCH_CHECK();
 }
 

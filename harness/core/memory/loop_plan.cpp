@@ -22,8 +22,10 @@ LoopPlan loop_plan(const ref::Model& model, long checkpoint_every) {
   out.group_starts.push_back(model.nodes.size());
   out.slot_of.assign(values, 0);
   if (checkpoint_every <= 0) {
-    out.slot_widths = model.widths;
-    for (std::size_t v = 0; v < values; ++v) out.slot_of[v] = v;
+    for (std::size_t v = 0; v < values; ++v) {
+      out.slot_of[v] = v;
+      out.slot_widths.push_back(model.stored_width(v));
+    }
   } else {
     // Value v > 0 is written by node v - 1: inside its group unless it is
     // the group's last node's (the next group's input, or the output).
@@ -44,10 +46,11 @@ LoopPlan loop_plan(const ref::Model& model, long checkpoint_every) {
         out.slot_of[v] = position[v];
       } else {
         out.slot_of[v] = out.slot_widths.size();
-        out.slot_widths.push_back(model.widths[v]);
+        out.slot_widths.push_back(model.stored_width(v));
       }
     }
   }
+  if (model.spec.token_input) out.ids_slot = out.slot_of[0];
   // Gradient buffers by liveness, in the order backward runs.
   std::vector<std::size_t> free_buffers;
   const auto take = [&] {
@@ -103,10 +106,12 @@ MemoryUsage loop_memory(const ScenarioSpec& s, long micro_batch_samples) {
   const ref::Model graph(model);
   const LoopPlan plan = loop_plan(graph, s.checkpoint_every);
   double activations = 0.0;
-  for (long width : plan.slot_widths) activations += static_cast<double>(rows) * static_cast<double>(width);
-  const long widest = *std::max_element(graph.widths.begin(), graph.widths.end());
+  double ids = 0.0;
+  for (std::size_t i = 0; i < plan.slot_widths.size(); ++i)
+    (i == plan.ids_slot ? ids : activations) += static_cast<double>(rows) * static_cast<double>(plan.slot_widths[i]);
+  const long widest = graph.widest_gradient();
   activations += static_cast<double>(plan.gradient_buffers) * static_cast<double>(rows) * static_cast<double>(widest);
-  double activation_bytes = bytes(activations, compute);
+  double activation_bytes = bytes(activations, compute) + bytes(ids, DType::f32);
   for (const ref::Node& node : graph.nodes)
     activation_bytes +=
         2.0 * bytes(static_cast<double>(record_of(*node.op).saved_groups(graph, node, rows)), DType::f32);

@@ -36,8 +36,14 @@ OptimizerStateUse optimizer_state_use(const ref::OptimizerSpec& o);
 // once its own node is done. A value read by several nodes (the input of
 // a residual block) gets its later readers' gradients in a further buffer
 // each, added into its own (`add`). A chain needs two buffers.
+//
+// A token model's input, its ids, has a float32 slot of one column
+// (`ids_slot`), whatever the compute dtype: bfloat16 holds whole numbers
+// only up to 256.
 struct LoopPlan {
+  static constexpr std::size_t kNoSlot = static_cast<std::size_t>(-1);
   std::vector<long> slot_widths;
+  std::size_t ids_slot = kNoSlot;
   std::vector<std::size_t> slot_of;  // per value
   std::size_t gradient_buffers = 0;
   std::size_t output_gradient = 0;   // the loss's dy
