@@ -142,6 +142,45 @@ TEST(ConfigGraph, CombinatorsAreOneKeyTablesCheckedWithTheirPath) {
             std::string::npos);
 }
 
+std::string token_rejection(const std::string& keys, const std::string& layers) {
+  try {
+    (void)parse_scenarios("[[scenario]]\nname = \"t\"\n" + keys + "\nsplit = [[2, 2]]\nloss = \"cross_entropy\"\n" +
+                              "layers = " + layers + "\n",
+                          "tokens.toml");
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+// A token model: `vocabulary` instead of `input_features`, an embedding
+// first and nowhere else, a padding token among the ids.
+TEST(ConfigTokens, TheInputIsTokensReadOnlyByAnEmbedding) {
+  const std::string model = R"(["embedding:8", "gelu", "linear:11"])";
+  EXPECT_EQ(token_rejection("vocabulary = 11\npadding_token = 0", model), "accepted");
+  EXPECT_NE(token_rejection("vocabulary = 11\ninput_features = 4", model).find("not both or neither"),
+            std::string::npos);
+  EXPECT_NE(token_rejection("input_features = 4\npadding_token = 0", R"(["linear:4", "linear:3"])")
+                .find("only a model whose input is tokens"),
+            std::string::npos);
+  EXPECT_NE(token_rejection("vocabulary = 11\npadding_token = 11", model).find("in [0, vocabulary)"),
+            std::string::npos);
+  EXPECT_NE(token_rejection("vocabulary = 11", R"(["linear:8", "linear:11"])").find("only an embedding reads"),
+            std::string::npos);
+  EXPECT_NE(token_rejection("input_features = 4", R"(["embedding:8", "linear:3"])").find("reads token ids"),
+            std::string::npos);
+  EXPECT_NE(token_rejection("vocabulary = 11", R"(["embedding:8", "embedding:8", "linear:3"])").find("reads token ids"),
+            std::string::npos);
+  const std::vector<ScenarioSpec> s =
+      parse_scenarios("[[scenario]]\nname = \"t\"\nvocabulary = 11\npadding_token = 3\nsplit = [[2, 2]]\n"
+                      "loss = \"cross_entropy\"\nlayers = [\"embedding:8\", \"linear:11\"]\n",
+                      "tokens.toml");
+  const nlohmann::json j = scenario_to_json(s.front());
+  EXPECT_EQ(j.at("vocabulary"), 11);
+  EXPECT_EQ(j.at("padding_token"), 3);
+  EXPECT_FALSE(j.contains("input_features"));
+}
+
 TEST(ConfigGraph, ScenarioJsonWritesTheGraphBack) {
   const std::vector<ScenarioSpec> s = parse_scenarios(
       "[[scenario]]\nname = \"g\"\ninput_features = 4\nsplit = [[2, 2]]\n"

@@ -178,6 +178,33 @@ TEST_F(ReferenceGradients, ModelGraphWithResidualAndConcat) {
       [&](const Matrix<double>& out) { return ref::cross_entropy_loss(out, classes, 1.0).dy; });
 }
 
+// A token model: an embedding over token ids (repeated: token 2 three
+// times, so its row's gradient is a sum of three), a residual block and a
+// head, every parameter against finite differences. (With a padding token
+// the padding row's gradient is 0 by definition, not the loss's slope: the
+// op-table entry checks that.)
+TEST_F(ReferenceGradients, TokenModelWithEmbedding) {
+  ref::ModelSpec spec;
+  spec.input_features = 7;  // the vocabulary
+  spec.token_input = true;
+  spec.positions = 3;
+  spec.layers = {layer_of("embedding", 5),
+                 combinator_of("residual", {layer_of("layernorm"), layer_of("linear", 6), layer_of("gelu"),
+                                            layer_of("linear", 5)}),
+                 layer_of("linear", 7)};
+  spec.loss = ref::LossKind::cross_entropy;
+  Matrix<double> ids(6, 1);
+  ids << 2, 0, 2, 6, 2, 3;
+  const std::vector<int> classes = {0, 2, 1, ref::kIgnoreClass, 5, 6};
+  check_stack(
+      spec, ids,
+      [&](const auto& out) {
+        using T = typename std::decay_t<decltype(out)>::Scalar;
+        return ref::cross_entropy_loss(out, classes, T(1.0)).loss_sum;
+      },
+      [&](const Matrix<double>& out) { return ref::cross_entropy_loss(out, classes, 1.0).dy; });
+}
+
 // A stack with every normalizer, over samples of 3 positions.
 TEST_F(ReferenceGradients, ModelStackWithEveryNormalizer) {
   ref::ModelSpec spec;
