@@ -54,7 +54,7 @@ nlohmann::json nodes_json(const ref::Model& model, const std::vector<ref::LayerS
 nlohmann::json model_json(const ScenarioSpec& s) {
   const ref::Model model(s.model);
   std::size_t next = 0;
-  return {{"input_features", s.model.input_features}, {"positions", s.model.positions},
+  return {{s.model.token_input ? "vocabulary" : "input_features", s.model.input_features}, {"positions", s.model.positions},
           {"loss", ref::loss_name(s.model.loss)}, {"layers", nodes_json(model, s.model.layers, next)}};
 }
 
@@ -396,8 +396,10 @@ ref::Batch read_window(Reader& reader, const nlohmann::json& j, std::size_t w, c
     bad("manifest.json", at + ".rows contradicts the split and positions (" + std::to_string(rows) + ")");
   ref::Batch b;
   b.positions = spec.model.positions;
-  const NpyArray x = reader.floats(j.at("inputs"), at + " inputs", {rows, spec.model.input_features}, "inputs");
-  b.inputs = Eigen::Map<const ref::Matrix<double>>(x.values.data(), rows, spec.model.input_features);
+  // A token model's inputs are its ids, one column of whole numbers.
+  const long columns = ref::Model(spec.model).stored_width(0);
+  const NpyArray x = reader.floats(j.at("inputs"), at + " inputs", {rows, columns}, "inputs");
+  b.inputs = Eigen::Map<const ref::Matrix<double>>(x.values.data(), rows, columns);
   if (spec.model.loss == ref::LossKind::mse) {
     if (!j.contains("targets")) bad("manifest.json", at + " needs \"targets\" (mse)");
     if (j.contains("classes")) bad("manifest.json", at + " has \"classes\", but the loss is mse");
@@ -407,6 +409,14 @@ ref::Batch read_window(Reader& reader, const nlohmann::json& j, std::size_t w, c
     b.classes = read_classes(reader, j, at, rows, outputs);
   }
   expect_finite(x, j.at("inputs").get<std::string>(), "inputs must be finite");
+  if (spec.model.token_input)
+    for (long r = 0; r < rows; ++r) {
+      const double id = b.inputs(r, 0);
+      if (!(id >= 0.0 && id < static_cast<double>(spec.model.input_features) && id == std::floor(id)))
+        bad(j.at("inputs").get<std::string>(), "row " + std::to_string(r) + ": token id " + std::to_string(id) +
+                                                   " is not a whole number in [0, vocabulary = " +
+                                                   std::to_string(spec.model.input_features) + ")");
+    }
   return b;
 }
 
