@@ -27,32 +27,30 @@ void CpuBackend::embedding_forward(const Tensor& ids, const Tensor& w, const Ten
   });
 }
 
-// A float32 buffer takes each row in row order. A narrower one gets each
-// token's rows summed in float32 first, then one add into the buffer and
-// one rounding to its dtype, as a GEMM with beta = 1 does: adding row by
-// row into bfloat16 would drop increments once a row's sum nears 256.
+// Each token's rows are summed in float32 first (in row order), then added
+// into the buffer once and rounded to its dtype, as a GEMM with beta = 1
+// does. Adding row by row into the buffer would make the buffer's earlier
+// value a term of every add: in float32 an error of n_v roundings of the
+// buffer, beyond what the accumulation rule allows (one); in bfloat16,
+// increments dropped once a row's sum nears 256.
 void CpuBackend::embedding_backward(const Tensor& ids, const Tensor& dy, long padding_idx, const Tensor& dw) {
   require_embedding_shapes(ids, dw, dy, "embedding_backward");
   const float* id = values(ids);
   const float* g = values(dy);
   const long width = dy.cols;
   float* out = values(dw);
-  float* sum = out;
-  if (dw.dtype != DType::f32) {
-    if (scratch_.size() < static_cast<std::size_t>(dw.size())) {
-      scratch_.resize(static_cast<std::size_t>(dw.size()));
-      peak_bytes_ = std::max(peak_bytes_, live_bytes());
-    }
-    sum = scratch_.data();
-    std::fill(sum, sum + dw.size(), 0.0f);
+  if (scratch_.size() < static_cast<std::size_t>(dw.size())) {
+    scratch_.resize(static_cast<std::size_t>(dw.size()));
+    peak_bytes_ = std::max(peak_bytes_, live_bytes());
   }
+  float* sum = scratch_.data();
+  std::fill(sum, sum + dw.size(), 0.0f);
   for (long r = 0; r < dy.rows; ++r) {
     const long v = static_cast<long>(id[r]);
     GRADEQ_REQUIRE(v >= 0 && v < dw.rows, "embedding_backward: token id out of range");
     if (v == padding_idx) continue;
     for (long c = 0; c < width; ++c) sum[v * width + c] += g[r * width + c];
   }
-  if (sum == out) return;
   dispatch(dw.dtype, [&](auto dt) {
     constexpr DType D = decltype(dt)::value;
     for (long i = 0; i < dw.size(); ++i) out[i] = store<D>(out[i] + sum[i]);

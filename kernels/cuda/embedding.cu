@@ -54,18 +54,15 @@ void CudaBackend::embedding_forward(const Tensor& ids, const Tensor& w, const Te
   GRADEQ_LAUNCH_CHECK();
 }
 
-// A float32 buffer takes the sums directly; a narrower one gets them in a
-// zeroed float32 scratch first, then one add and one rounding per element
-// (as the host backend).
+// The sums go into a zeroed float32 scratch first, then one add into the
+// buffer and one rounding per element (as the host backend, and for the
+// same reason).
 void CudaBackend::embedding_backward(const Tensor& ids, const Tensor& dy, long padding_idx, const Tensor& dw) {
   require_embedding_shapes(ids, dw, dy, "embedding_backward");
   if (dy.empty() || dw.empty()) return;
   const auto* id = static_cast<const float*>(ids.data);
-  float* sum = static_cast<float*>(dw.data);
-  if (dw.dtype != DType::f32) {
-    sum = scratch(dw.size());
-    GRADEQ_CUDA_CHECK(cudaMemset(sum, 0, static_cast<std::size_t>(dw.size()) * sizeof(float)));
-  }
+  float* sum = scratch(dw.size());
+  GRADEQ_CUDA_CHECK(cudaMemset(sum, 0, static_cast<std::size_t>(dw.size()) * sizeof(float)));
   if (deterministic()) {
     embedding_backward_by_column<<<blocks_for(dy.cols), kThreads>>>(id, dy.data, dy.dtype, dy.rows, dy.cols,
                                                                     padding_idx, sum);
@@ -74,7 +71,6 @@ void CudaBackend::embedding_backward(const Tensor& ids, const Tensor& dy, long p
                                                                    padding_idx, sum);
   }
   GRADEQ_LAUNCH_CHECK();
-  if (dw.dtype == DType::f32) return;
   add_rounded<<<blocks_for(dw.size()), kThreads>>>(dw.data, dw.dtype, sum, dw.size());
   GRADEQ_LAUNCH_CHECK();
 }
