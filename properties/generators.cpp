@@ -123,6 +123,15 @@ rc::Gen<ScenarioSpec> independent_scenario() {
     const bool sequences = s.model.loss == ref::LossKind::cross_entropy && *rc::gen::arbitrary<bool>();
     s.model.positions = sequences ? *sequence_positions() : 1;
     s.model.input_features = *awkward_width();
+    // A quarter of the sequence models read token ids through an embedding
+    // (a vocabulary of 2-40, Zipf-distributed ids, so tokens repeat), with
+    // the padded positions' id as its padding token.
+    if (sequences && *rc::gen::inRange(0, 4) == 0) {
+      s.model.token_input = true;
+      s.model.input_features = *rc::gen::inRange<long>(2, 41);
+      s.model.padding_token = *rc::gen::arbitrary<bool>() ? 0 : -1;
+      s.model.layers.push_back(layer_of("embedding", *awkward_width()));
+    }
     // A third of the models normalize the raw input first (pre-norm).
     if (*rc::gen::inRange(0, 3) == 0) s.model.layers.push_back(layer_of(*rc::gen::element("layernorm", "rmsnorm")));
     // A fifth of the models are a block with a skip connection in place of
@@ -133,7 +142,7 @@ rc::Gen<ScenarioSpec> independent_scenario() {
     // A quarter of the residual branches hold a second, nested residual.
     const bool skip = *rc::gen::inRange(0, 5) == 0;
     const long hidden_blocks = skip ? 0 : *rc::gen::inRange<long>(0, 3);
-    long features = s.model.input_features;
+    long features = s.model.token_input ? s.model.layers.front().argument : s.model.input_features;
     for (long b = 0; b < hidden_blocks; ++b) {
       const long width = *awkward_width();
       s.model.layers.push_back(layer_of("linear", width));

@@ -121,6 +121,68 @@ BackendWrapper backend_of() {
 
 }  // namespace
 
+// An embedding backward computed on the host from the backend's tensors, in
+// one of its buggy forms; any backend (the tensors go through download
+// and upload).
+enum class EmbeddingBug { lost_updates, bfloat16_rows };
+void buggy_embedding_backward(Backend& b, const Tensor& ids, const Tensor& dy, long padding_idx, const Tensor& dw,
+                              EmbeddingBug bug) {
+  std::vector<float> id(static_cast<std::size_t>(ids.size())), g(static_cast<std::size_t>(dy.size())),
+      out(static_cast<std::size_t>(dw.size()));
+  b.download(ids, id);
+  b.download(dy, g);
+  b.download(dw, out);
+  const long width = dy.cols;
+  // Lost updates: of a token's rows only the last one's add survives, as
+  // when every thread reads the row before any writes it back.
+  std::vector<long> last(static_cast<std::size_t>(dw.rows), -1);
+  for (long r = 0; r < dy.rows; ++r) last[static_cast<std::size_t>(id[static_cast<std::size_t>(r)])] = r;
+  for (long r = 0; r < dy.rows; ++r) {
+    const auto v = static_cast<long>(id[static_cast<std::size_t>(r)]);
+    if (v == padding_idx) continue;
+    if (bug == EmbeddingBug::lost_updates && last[static_cast<std::size_t>(v)] != r) continue;
+    for (long c = 0; c < width; ++c) {
+      float& o = out[static_cast<std::size_t>(v * width + c)];
+      o += g[static_cast<std::size_t>(r * width + c)];
+      if (bug == EmbeddingBug::bfloat16_rows) o = round_to_bf16(o);
+    }
+  }
+  b.upload(dw, out);
+}
+
+// B29 — embedding backward without atomics: threads += into the row of a
+// repeated token and overwrite each other's adds (llm.c
+// dev/cuda/encoder_backward.cu kernel1, replaced by a deterministic
+// bucketed sum in PR 442). Modelled: each token keeps one row's add.
+class EmbeddingLostUpdates : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  void embedding_backward(const Tensor& ids, const Tensor& dy, long padding_idx, const Tensor& dw) override {
+    buggy_embedding_backward(inner_, ids, dy, padding_idx, dw, EmbeddingBug::lost_updates);
+  }
+};
+
+// B30 — the padding row receives gradient: padding_idx ignored by the
+// backward (PyTorch issues 26302, 28716).
+class EmbeddingPaddingRowUpdated : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  void embedding_backward(const Tensor& ids, const Tensor& dy, long, const Tensor& dw) override {
+    inner_.embedding_backward(ids, dy, -1, dw);
+  }
+};
+
+// B31 — the embedding gradient read-modify-written in bfloat16, row by
+// row: increments drop once a row's sum nears 256 (tt-metal PR 53386;
+// MXNet 17703 in float16).
+class EmbeddingBfloat16Rows : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  void embedding_backward(const Tensor& ids, const Tensor& dy, long padding_idx, const Tensor& dw) override {
+    buggy_embedding_backward(inner_, ids, dy, padding_idx, dw, EmbeddingBug::bfloat16_rows);
+  }
+};
+
 std::vector<BackendMutant> single_process_backend_mutants() {
   return {
       {{"B7", "overwrite instead of accumulate: dbias = instead of +=", "llm.c PR 163, PR 408; ggml PR 949"},
@@ -131,6 +193,14 @@ std::vector<BackendMutant> single_process_backend_mutants() {
       {{"B28", "the multi-tensor accumulate skips the last tensor of its list (chunk count off by one)",
         "seen trying a user's own accumulate kernel through the installed package"},
        backend_of<AccumulateSkipsLastTensor>()},
+      {{"B29", "embedding backward without atomics: a repeated token's adds overwrite each other",
+        "llm.c dev/cuda/encoder_backward.cu kernel1; PR 442"},
+       backend_of<EmbeddingLostUpdates>()},
+      {{"B30", "the padding row of the token embedding receives gradient", "PyTorch issues 26302, 28716"},
+       backend_of<EmbeddingPaddingRowUpdated>()},
+      {{"B31", "the embedding gradient read-modify-written in bfloat16, row by row",
+        "tt-metal PR 53386; MXNet 17703"},
+       backend_of<EmbeddingBfloat16Rows>()},
   };
 }
 
