@@ -37,6 +37,20 @@ inline void require_shape(const Tensor& t, long rows, long cols, const char* wha
                      "], got [" + std::to_string(t.rows) + ", " + std::to_string(t.cols) + "]");
 }
 
+// A linear layer's bias (or its gradient): [1, out], or no tensor at all
+// (Tensor{}: a layer without bias, as a tied head is).
+inline void require_bias(const Tensor& b, long out, const char* what) {
+  if (b.data == nullptr && b.rows == 0 && b.cols == 0) return;
+  require_shape(b, 1, out, what);
+}
+
+// The losses a kernel computes: causal_lm is cross_entropy on labels the
+// caller has shifted.
+inline void require_kernel_loss(LossKind k) {
+  GRADEQ_REQUIRE(k == LossKind::mse || k == LossKind::cross_entropy,
+                 "loss_forward_backward: pass causal_lm's shifted labels as cross_entropy");
+}
+
 // copy_columns: the same rows, and both column ranges inside their tensors.
 inline void require_column_ranges(const Tensor& src, long src_first, const Tensor& dst, long dst_first, long count) {
   GRADEQ_REQUIRE(src.rows == dst.rows, "copy_columns: " + std::to_string(src.rows) + " rows into " +
@@ -53,6 +67,17 @@ inline void require_column_ranges(const Tensor& src, long src_first, const Tenso
 inline void require_embedding_shapes(const Tensor& ids, const Tensor& table, const Tensor& rows, const char* op) {
   require_shape(ids, rows.rows, 1, op);
   GRADEQ_REQUIRE(ids.dtype == DType::f32, std::string(op) + ": token ids are float32");
+  GRADEQ_REQUIRE(table.cols == rows.cols, std::string(op) + ": the table's width is " + std::to_string(table.cols) +
+                                              ", the rows' " + std::to_string(rows.cols));
+}
+
+// position_embedding_forward / _backward: the rows (x, y or dy) [rows,
+// width], whole samples of `positions` rows; the table [>= positions, width].
+inline void require_position_shapes(const Tensor& rows, const Tensor& table, long positions, const char* op) {
+  GRADEQ_REQUIRE(positions > 0 && positions <= table.rows && rows.rows % positions == 0,
+                 std::string(op) + ": " + std::to_string(rows.rows) + " rows are not whole samples of " +
+                     std::to_string(positions) + " positions, or the table has fewer rows (" +
+                     std::to_string(table.rows) + ")");
   GRADEQ_REQUIRE(table.cols == rows.cols, std::string(op) + ": the table's width is " + std::to_string(table.cols) +
                                               ", the rows' " + std::to_string(rows.cols));
 }

@@ -125,12 +125,22 @@ rc::Gen<ScenarioSpec> independent_scenario() {
     s.model.input_features = *awkward_width();
     // A quarter of the sequence models read token ids through an embedding
     // (a vocabulary of 2-40, Zipf-distributed ids, so tokens repeat), with
-    // the padded positions' id as its padding token.
+    // the padded positions' id as its padding token; half of them add a
+    // learned position embedding (its table up to two rows longer than the
+    // sequence), and half are language models: next-token cross-entropy
+    // on the shifted labels, through a head over the vocabulary that is
+    // tied to the token embedding half of the time.
+    bool language_model = false, tied = false;
     if (sequences && *rc::gen::inRange(0, 4) == 0) {
       s.model.token_input = true;
       s.model.input_features = *rc::gen::inRange<long>(2, 41);
       s.model.padding_token = *rc::gen::arbitrary<bool>() ? 0 : -1;
       s.model.layers.push_back(layer_of("embedding", *awkward_width()));
+      if (*rc::gen::arbitrary<bool>())
+        s.model.layers.push_back(layer_of("position_embedding", s.model.positions + *rc::gen::inRange<long>(0, 3)));
+      language_model = *rc::gen::arbitrary<bool>();
+      tied = language_model && *rc::gen::arbitrary<bool>();
+      if (language_model) s.model.loss = ref::LossKind::causal_lm;
     }
     // A third of the models normalize the raw input first (pre-norm).
     if (*rc::gen::inRange(0, 3) == 0) s.model.layers.push_back(layer_of(*rc::gen::element("layernorm", "rmsnorm")));
@@ -168,9 +178,21 @@ rc::Gen<ScenarioSpec> independent_scenario() {
         if (shape == 1) s.model.layers.push_back(layer_of("relu"));
       }
     }
-    const long outputs = s.model.loss == ref::LossKind::cross_entropy ? *rc::gen::inRange<long>(2, 12)
-                                                                      : *rc::gen::inRange<long>(1, 6);
-    s.model.layers.push_back(layer_of("linear", outputs));
+    const long outputs = language_model                                ? s.model.input_features
+                         : s.model.loss == ref::LossKind::cross_entropy ? *rc::gen::inRange<long>(2, 12)
+                                                                        : *rc::gen::inRange<long>(1, 6);
+    if (tied) {
+      // The head reads the embedding's width: a linear layer back to it
+      // where the hidden layers changed the width.
+      const long embedding_width = s.model.layers.front().argument;
+      ScenarioSpec body = s;
+      body.model.loss = ref::LossKind::mse;
+      if (ref::Model(body.model).output_width() != embedding_width)
+        s.model.layers.push_back(layer_of("linear", embedding_width));
+      s.model.layers.push_back(layer_of("tied_head"));
+    } else {
+      s.model.layers.push_back(layer_of("linear", outputs));
+    }
     // Dyadic data only with MSE: small integers as logits saturate the
     // softmax, whose gradient then vanishes and hides every bug.
     s.data = sequences ? DataKind::padded_sequences

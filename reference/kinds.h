@@ -15,6 +15,9 @@ enum class NormKind {
 enum class LossKind {
   mse,            // per row: mean over columns of (y - t)^2
   cross_entropy,  // per row: -log softmax(y)[class]; targets hold the class, -100 = ignore
+  causal_lm,      // next-token cross-entropy: targets hold the labels unshifted (token ids, -100 =
+                  // ignore); row t of a sample is scored against its label t + 1, the last row
+                  // against none (ref::shifted_labels); the loop shifts, the kernels see cross_entropy
 };
 
 }  // namespace gradeq::ref

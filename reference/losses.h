@@ -86,4 +86,17 @@ inline long cross_entropy_items(const std::vector<int>& classes) {
   return n;
 }
 
+// A causal LM's targets from its labels as the loop has them (unshifted:
+// the sequence's own token ids, kIgnoreClass at padding): row t of each
+// sample of `positions` rows gets label t + 1, and the last row none. A
+// window's item count is the number of these that are not ignored: one
+// fewer per sequence than its unignored labels (Transformers PR 46204
+// counted the unshifted ones).
+inline std::vector<int> shifted_labels(const std::vector<int>& labels, long positions) {
+  std::vector<int> out(labels.size(), kIgnoreClass);
+  for (std::size_t r = 0; r + 1 < labels.size(); ++r)
+    if ((static_cast<long>(r) + 1) % positions != 0) out[r] = labels[r + 1];
+  return out;
+}
+
 }  // namespace gradeq::ref

@@ -49,6 +49,7 @@ class Resolver {
     }
     try {
       l.op->check(l.argument, n.in_widths);
+      l.op->check_spec(l.argument, m_.spec);
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(where + e.what());
     }
@@ -58,6 +59,7 @@ class Resolver {
     for (const TensorInfo& t : l.op->parameters(l.argument, n.in_widths))
       m_.parameters.push_back({prefix + "." + t.name, index, t.rows, t.cols, t.init, t.start});
     n.parameters = static_cast<long>(m_.parameters.size()) - n.first_parameter;
+    if (l.op->ties_token_embedding()) tie(n, where);
     n.first_buffer = static_cast<long>(m_.buffers.size());
     for (const TensorInfo& t : l.op->buffers(l.argument, n.in_widths))
       m_.buffers.push_back({prefix + "." + t.name, index, t.rows, t.cols, t.init, t.start});
@@ -67,6 +69,24 @@ class Resolver {
     m_.consumers.push_back(0);
     m_.nodes.push_back(std::move(n));
     return m_.nodes.back().output_value;
+  }
+
+  // A head tied to the token embedding reads the embedding's weight
+  // [vocabulary, width]: its input must have the embedding's width, and its
+  // output has the vocabulary's.
+  void tie(Node& n, const std::string& where) const {
+    const Node* embedding = nullptr;
+    for (const Node& e : m_.nodes)
+      if (!embedding && e.op->reads_token_ids() && e.parameters == 1) embedding = &e;
+    if (!embedding || !m_.spec.token_input)
+      throw std::invalid_argument(where + ": a tied head needs the model's token embedding (vocabulary, embedding:D)");
+    const ParameterInfo& w = m_.parameters[static_cast<std::size_t>(embedding->first_parameter)];
+    if (n.in_widths[0] != w.cols)
+      throw std::invalid_argument(where + ": its input has width " + std::to_string(n.in_widths[0]) +
+                                  ", the tied embedding's " + std::to_string(w.cols));
+    n.first_parameter = embedding->first_parameter;
+    n.parameters = 1;
+    n.out_width = w.rows;
   }
 
   Model& m_;
@@ -113,6 +133,10 @@ Model::Model(const ModelSpec& s) : spec(s) {
     }
   if (s.loss == LossKind::cross_entropy && output_width() < 2)
     throw std::invalid_argument("model: cross-entropy needs >= 2 output classes");
+  if (s.loss == LossKind::causal_lm && (!s.token_input || output_width() != s.input_features))
+    throw std::invalid_argument("model: causal_lm scores each position against the next token: it needs token input "
+                                "(vocabulary) and an output of the vocabulary's width (" +
+                                std::to_string(s.input_features) + "), got " + std::to_string(output_width()));
 }
 
 bool Model::couples_samples() const {
@@ -125,6 +149,7 @@ std::string loss_name(LossKind kind) {
   switch (kind) {
     case LossKind::mse: return "mse";
     case LossKind::cross_entropy: return "cross_entropy";
+    case LossKind::causal_lm: return "causal_lm";
   }
   return "?";
 }

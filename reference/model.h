@@ -142,6 +142,27 @@ Tape<T> forward(const Model& model, const Tensors<T>& params, const Matrix<T>& x
   return tape;
 }
 
+// A pass's parameter gradients as its nodes make them: for each
+// parameter, one fresh gradient per node that uses it, in the order
+// backward reaches them. A weight with one use has one; a tied weight has
+// two (the head's, then the embedding's), and the training loop adds each
+// into the gradient buffer as it comes (procedure.h).
+template <class T>
+using Contributions = std::vector<Tensors<T>>;
+
+// Each parameter's gradient: the sum of its contributions, as one
+// addition each (the math; the procedure adds them as the loop does).
+template <class T>
+Tensors<T> total(Contributions<T>&& parts) {
+  Tensors<T> out;
+  for (Tensors<T>& p : parts) {
+    Matrix<T> sum = std::move(p.at(0));
+    for (std::size_t i = 1; i < p.size(); ++i) sum = Matrix<T>(sum + p[i]);
+    out.push_back(std::move(sum));
+  }
+  return out;
+}
+
 template <class T>
 struct Backward {
   Tensors<T> grads;        // fresh parameter gradients (not accumulated, not stored)
@@ -157,15 +178,15 @@ namespace detail {
 // With `value_grads`, the gradient arriving at each value is kept there.
 // With `release` (the tape itself, given away by the caller), each value
 // is freed as soon as the backward of its last reader is done: at real
-// widths the tape is most of a pass's memory. With `slice_sums` (one per
-// parameter) the pass is over one slice of a batch's rows: its reductions
-// over rows are added there and no gradient is returned; otherwise each is
-// decided as soon as its node is done.
+// widths the tape is most of a pass's memory. With `slice_sums` (per node,
+// one per parameter it uses) the pass is over one slice of a batch's rows:
+// its reductions over rows are added there and nothing is returned;
+// otherwise each is decided as soon as its node is done.
 template <class T>
-Tensors<T> backward_pass(const Model& model, const Tensors<T>& params, const Tape<T>& tape, const Matrix<T>& dy_out,
-                         const WindowNorms<T>* window, Tensors<T>* value_grads, Tape<T>* release,
-                         std::vector<RowSum<T>>* slice_sums = nullptr) {
-  Tensors<T> grads(slice_sums ? 0 : params.size());
+Contributions<T> backward_pass(const Model& model, const Tensors<T>& params, const Tape<T>& tape,
+                               const Matrix<T>& dy_out, const WindowNorms<T>* window, Tensors<T>* value_grads,
+                               Tape<T>* release, std::vector<std::vector<RowSum<T>>>* slice_sums = nullptr) {
+  Contributions<T> grads(slice_sums ? 0 : params.size());
   if (value_grads) value_grads->assign(model.values(), Matrix<T>());
   Tensors<T> g(model.values());
   std::vector<bool> reached(model.values(), false);
@@ -183,7 +204,7 @@ Tensors<T> backward_pass(const Model& model, const Tensors<T>& params, const Tap
       needed.push_back(v > 0);
     }
     std::vector<RowSum<T>> local(slice_sums ? 0 : static_cast<std::size_t>(node.parameters));
-    RowSum<T>* sums = slice_sums ? slice_sums->data() + node.first_parameter : local.data();
+    RowSum<T>* sums = slice_sums ? (*slice_sums)[n].data() : local.data();
     const NormCoupling<T>* supplied =
         window && window->coupling.size() > n && window->coupling[n] ? &*window->coupling[n] : nullptr;
     std::vector<Matrix<T>> dx(node.inputs.size());
@@ -192,7 +213,8 @@ Tensors<T> backward_pass(const Model& model, const Tensors<T>& params, const Tap
                                     std::move(needed), dx});
     if (!slice_sums)
       for (long k = 0; k < node.parameters; ++k)
-        grads[static_cast<std::size_t>(node.first_parameter + k)] = std::move(local[static_cast<std::size_t>(k)]).result();
+        grads[static_cast<std::size_t>(node.first_parameter + k)].push_back(
+            std::move(local[static_cast<std::size_t>(k)]).result());
     g[out] = Matrix<T>();
     for (std::size_t i = 0; i < node.inputs.size(); ++i) {
       const std::size_t v = node.inputs[i];
@@ -210,6 +232,25 @@ Tensors<T> backward_pass(const Model& model, const Tensors<T>& params, const Tap
   return grads;
 }
 
+// The row sums of a pass in slices: per node, one per parameter it uses.
+template <class T>
+std::vector<std::vector<RowSum<T>>> slice_sums_for(const Model& model) {
+  std::vector<std::vector<RowSum<T>>> sums;
+  for (const Node& node : model.nodes) sums.emplace_back(static_cast<std::size_t>(node.parameters));
+  return sums;
+}
+
+// The contributions the slices' sums decide, in backward order.
+template <class T>
+Contributions<T> decided(const Model& model, std::vector<std::vector<RowSum<T>>>&& sums, std::size_t parameters) {
+  Contributions<T> out(parameters);
+  for (std::size_t n = model.nodes.size(); n-- > 0;)
+    for (long k = 0; k < model.nodes[n].parameters; ++k)
+      out[static_cast<std::size_t>(model.nodes[n].first_parameter + k)].push_back(
+          std::move(sums[n][static_cast<std::size_t>(k)]).result());
+  return out;
+}
+
 }  // namespace detail
 
 // Backward from dy at the output, keeping the gradient arriving at each
@@ -218,24 +259,31 @@ template <class T>
 Backward<T> backward_with_value_grads(const Model& model, const Tensors<T>& params, const Tape<T>& tape,
                                       const Matrix<T>& dy_out, const WindowNorms<T>* window = nullptr) {
   Backward<T> out;
-  out.grads = detail::backward_pass(model, params, tape, dy_out, window, &out.value_grads,
-                                    static_cast<Tape<T>*>(nullptr));
+  out.grads = total(detail::backward_pass(model, params, tape, dy_out, window, &out.value_grads,
+                                          static_cast<Tape<T>*>(nullptr)));
   return out;
 }
 
 // The parameters' gradients alone, from a tape that is kept.
 template <class T>
 Tensors<T> backward(const Model& model, const Tensors<T>& params, const Tape<T>& tape, const Matrix<T>& dy_out) {
-  return detail::backward_pass(model, params, tape, dy_out, static_cast<const WindowNorms<T>*>(nullptr),
-                               static_cast<Tensors<T>*>(nullptr), static_cast<Tape<T>*>(nullptr));
+  return total(detail::backward_pass(model, params, tape, dy_out, static_cast<const WindowNorms<T>*>(nullptr),
+                                     static_cast<Tensors<T>*>(nullptr), static_cast<Tape<T>*>(nullptr)));
 }
 
-// The parameters' gradients alone, from a tape given away: each value is
+// Each parameter's contributions, from a tape given away: each value is
 // freed once its last reader's backward is done.
+template <class T>
+Contributions<T> backward_contributions(const Model& model, const Tensors<T>& params, Tape<T>&& tape,
+                                        const Matrix<T>& dy_out, const WindowNorms<T>* window = nullptr) {
+  return detail::backward_pass(model, params, tape, dy_out, window, static_cast<Tensors<T>*>(nullptr), &tape);
+}
+
+// The parameters' gradients alone, from a tape given away.
 template <class T>
 Tensors<T> backward(const Model& model, const Tensors<T>& params, Tape<T>&& tape, const Matrix<T>& dy_out,
                     const WindowNorms<T>* window = nullptr) {
-  return detail::backward_pass(model, params, tape, dy_out, window, static_cast<Tensors<T>*>(nullptr), &tape);
+  return total(backward_contributions(model, params, std::move(tape), dy_out, window));
 }
 
 }  // namespace gradeq::ref

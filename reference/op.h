@@ -21,6 +21,7 @@ namespace gradeq::ref {
 
 class Op;
 struct Model;
+struct ModelSpec;
 
 // How a parameter's initial values are drawn (harness/core/scenario.cpp):
 // `fan_in` N(0, 1/in) (a weight matrix), `small` N(0, 0.1^2) (a bias),
@@ -103,6 +104,9 @@ class Op {
   // Throws std::invalid_argument (without a location: the caller adds it)
   // where the argument does not fit the input widths.
   virtual void check(long /*argument*/, std::span<const long> /*in_widths*/) const {}
+  // The same, for what depends on the model's description (its positions
+  // per sample).
+  virtual void check_spec(long /*argument*/, const ModelSpec& /*spec*/) const {}
   virtual long output_width(long /*argument*/, std::span<const long> in_widths) const { return in_widths[0]; }
   virtual std::vector<TensorInfo> parameters(long /*argument*/, std::span<const long> /*in_widths*/) const {
     return {};
@@ -120,6 +124,12 @@ class Op {
   // Whether its input is token ids (an embedding): only such an op reads
   // a token model's input, and it reads nothing else.
   virtual bool reads_token_ids() const { return false; }
+  // Whether its one parameter is the model's token embedding's weight
+  // [vocabulary, width] (a head tied to the embedding): it declares no
+  // parameters of its own, its node reads the embedding's, and its output
+  // has the vocabulary's width. The weight has two uses, and its gradient
+  // is their sum.
+  virtual bool ties_token_embedding() const { return false; }
 
   virtual Matrix<double> forward(const OpForward<double>& call) const = 0;
   virtual Matrix<Bounded> forward(const OpForward<Bounded>& call) const = 0;

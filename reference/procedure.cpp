@@ -20,7 +20,14 @@ ScopedMicroBatchObserver::ScopedMicroBatchObserver(MicroBatchObserver observer)
 
 ScopedMicroBatchObserver::~ScopedMicroBatchObserver() { active_micro_batch_observer = previous_; }
 
-long Batch::items(LossKind loss) const { return loss == LossKind::mse ? rows() : cross_entropy_items(classes); }
+long Batch::items(LossKind loss) const {
+  switch (loss) {
+    case LossKind::mse: return rows();
+    case LossKind::cross_entropy: return cross_entropy_items(classes);
+    case LossKind::causal_lm: return cross_entropy_items(shifted_labels(classes, positions));
+  }
+  return 0;
+}
 
 Batch Batch::slice(long first, long count) const {
   if (first < 0 || count < 0 || first + count > samples()) throw std::out_of_range("Batch::slice outside the batch");

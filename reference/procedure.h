@@ -196,8 +196,12 @@ class GradientBuffer {
 
 template <class T>
 LossAndGrad<T> loss_of(const ModelSpec& spec, const Matrix<T>& output, const Batch& batch, const T& scale) {
-  return spec.loss == LossKind::mse ? mse_loss(output, lift<T>(batch.targets), scale)
-                                    : cross_entropy_loss(output, batch.classes, scale);
+  switch (spec.loss) {
+    case LossKind::mse: return mse_loss(output, lift<T>(batch.targets), scale);
+    case LossKind::cross_entropy: return cross_entropy_loss(output, batch.classes, scale);
+    case LossKind::causal_lm: break;
+  }
+  return cross_entropy_loss(output, shifted_labels(batch.classes, batch.positions), scale);
 }
 
 // Statistics and backward coupling of every BatchNorm layer over the whole
@@ -250,7 +254,7 @@ long exact_window_norms(const Model& model, const Tensors<T>& weights, const std
 // applied).
 template <class T>
 struct MicroBatchPass {
-  Tensors<T> grads;
+  Contributions<T> grads;  // per parameter, one per use (model.h)
   T loss_sum;
 };
 
@@ -265,15 +269,16 @@ MicroBatchPass<T> micro_batch_pass(const Model& model, const ProcedureConfig& co
   if (config.slice_samples <= 0 || config.slice_samples >= samples) {
     Tape<T> tape = forward(model, weights, lift<T>(mb.inputs), running, window);
     LossAndGrad<T> loss = loss_of(model.spec, tape.output(), mb, scale);
-    MicroBatchPass<T> out{backward(model, weights, std::move(tape), stored(loss.dy, Storage::compute), window),
-                          loss.loss_sum};
+    MicroBatchPass<T> out{
+        backward_contributions(model, weights, std::move(tape), stored(loss.dy, Storage::compute), window),
+        loss.loss_sum};
     report(1, 1);
     return out;
   }
   if (model.couples_samples())
     throw std::invalid_argument("a micro-batch through BatchNorm cannot be computed in slices: its statistics span "
                                 "all of its rows");
-  std::vector<RowSum<T>> sums(weights.size());
+  std::vector<std::vector<RowSum<T>>> sums = slice_sums_for<T>(model);
   std::vector<T> row_losses;
   const auto slices = static_cast<std::size_t>((samples + config.slice_samples - 1) / config.slice_samples);
   for (long first = 0; first < samples; first += config.slice_samples) {
@@ -285,9 +290,8 @@ MicroBatchPass<T> micro_batch_pass(const Model& model, const ProcedureConfig& co
                   &tape, &sums);
     report(static_cast<std::size_t>(first / config.slice_samples) + 1, slices);
   }
-  MicroBatchPass<T> out{Tensors<T>(), reduce<T>(static_cast<long>(row_losses.size()), [&](long i) { return row_losses[i]; })};
-  for (RowSum<T>& g : sums) out.grads.push_back(std::move(g).result());
-  return out;
+  return MicroBatchPass<T>{decided(model, std::move(sums), weights.size()),
+                           reduce<T>(static_cast<long>(row_losses.size()), [&](long i) { return row_losses[i]; })};
 }
 
 // The ranks a window's micro-batches are shared among (ProcedureConfig::ranks).
@@ -373,8 +377,20 @@ WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfi
                                                               exact_bn ? nullptr : &buffers,
                                                               exact_bn ? &window_norms : nullptr, report);
     losses.push_back(pass.loss_sum * scale);
-    for (std::size_t p = 0; p < params.size(); ++p)
-      buffer[p].add(config.staged ? stored(pass.grads[p], Storage::compute) : pass.grads[p]);
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      const Tensors<T>& parts = pass.grads[p];
+      if (!config.staged && !config.compensated) {
+        for (const Matrix<T>& part : parts) buffer[p].add(part);  // each use's kernel adds into the buffer
+        continue;
+      }
+      // The micro-batch's gradient lands in a zeroed staging buffer (of the
+      // compute dtype, or float32 under compensation) first, each later use
+      // adding into it with one rounding; then it is added to the buffer.
+      const Storage staging = config.staged ? Storage::compute : Storage::master;
+      Matrix<T> staged = config.staged ? stored(parts[0], staging) : parts[0];
+      for (std::size_t i = 1; i < parts.size(); ++i) staged = stored(Matrix<T>(staged + parts[i]), staging);
+      buffer[p].add(staged);
+    }
   }
   for (std::size_t p = 0; p < params.size(); ++p) {
     if (ranks == 1) {

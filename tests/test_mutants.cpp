@@ -30,7 +30,7 @@ TEST(Mutants, OnePerSingleProcessBug) {
   // B2 and B12 need data-parallel ranks, B19 a GPU: not single-process host bugs.
   const std::set<std::string> expected = {"B1", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B11", "B13",
                                           "B14", "B15", "B16", "B17", "B18", "B24", "B25", "B27", "B28",
-                                          "B29", "B30", "B31"};
+                                          "B29", "B30", "B31", "B32", "B33", "B34"};
   EXPECT_EQ(ids, expected);
 }
 
@@ -45,7 +45,8 @@ TEST(Mutants, EachFailsTheScenarioThatExercisesIt) {
       {"B16", "mlp_mse_equal"},             {"B17", "mlp_mse_equal"},          {"B18", "mlp_adamw_clip_warmup"},
       {"B24", "mlp_mse_equal"},             {"B25", "vision_batchnorm_bf16_mb2"},
       {"B27", "preln_residual_mlp"},        {"B28", "lm_staged_bf16_n8"},
-      {"B29", "lm_tokens_embedding"},       {"B30", "lm_tokens_embedding"},    {"B31", "lm_embedding_frequent_token"}};
+      {"B29", "lm_small"},                  {"B30", "lm_small"},               {"B31", "lm_embedding_frequent_token"},
+      {"B32", "lm_small"},                  {"B33", "lm_small"},               {"B34", "lm_small"}};
   const std::vector<ScenarioSpec> suite = default_scenarios();
   for (const Mutant& m : mutants()) {
     ASSERT_TRUE(scenario_for.count(m.id)) << m.id;

@@ -161,7 +161,9 @@ ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::
   s.model.layers = layer_list(*t.get("layers"), where, "layers");
   if (const toml::node* n = t.get("loss"))
     s.model.loss = choose<ref::LossKind>(text(*n, where, "loss"),
-                                         {{"mse", ref::LossKind::mse}, {"cross_entropy", ref::LossKind::cross_entropy}},
+                                         {{"mse", ref::LossKind::mse},
+                                          {"cross_entropy", ref::LossKind::cross_entropy},
+                                          {"causal_lm", ref::LossKind::causal_lm}},
                                          where, "loss");
   if (const toml::node* n = t.get("data"))
     s.data = choose<DataKind>(text(*n, where, "data"),

@@ -256,6 +256,65 @@ class OverwritesResidualGradient : public TrainingLoop {
   }
 };
 
+// B33 — a causal LM's normaliser counts the labels before the shift: the
+// window's item count has one label too many per sequence (the last
+// position's, which nothing predicts), and the gradient is scaled by
+// n_shifted / n_unshifted, an error of about 1/T (Transformers PR 46204).
+class CountsUnshiftedLabels : public TrainingLoop {
+ public:
+  using TrainingLoop::TrainingLoop;
+  std::vector<float> loss_scales(const ref::Batch& window, const std::vector<std::pair<long, long>>& ranges) override {
+    const ref::LossKind loss = scenario_->spec.model.loss;
+    std::vector<long> counts;
+    for (const auto& r : ranges) counts.push_back(r.second);
+    std::vector<float> scales;
+    for (double s : ref::micro_batch_scales(procedure(), loss == ref::LossKind::causal_lm ? ref::LossKind::cross_entropy
+                                                                                          : loss,
+                                            window, counts))
+      scales.push_back(static_cast<float>(s * loss_scale_));
+    return scales;
+  }
+};
+
+// B34 — the loss comes out multiplied by N: the model normalises by the
+// window's item count (num_items_in_batch) and the trainer, told the model
+// does not, leaves out its 1/N, or the other way round (Transformers
+// #37197, Gemma3; Liger-Kernel #802). The window's gradient is N x G.
+class LossTimesN : public TrainingLoop {
+ public:
+  using TrainingLoop::TrainingLoop;
+  std::vector<float> loss_scales(const ref::Batch& window, const std::vector<std::pair<long, long>>& ranges) override {
+    std::vector<float> out = TrainingLoop::loss_scales(window, ranges);
+    for (float& s : out) s *= static_cast<float>(ranges.size());
+    return out;
+  }
+};
+
+// B32 — a tied weight's second contribution assigned instead of added:
+// the embedding's backward (the weight's last use, backward reaching it
+// after the head) writes its gradient over the buffer the head's weight
+// gradient went into, and the head's contribution is lost
+// (TransformerEngine #3437: the delayed weight gradient assigned, 0.60x
+// the true gradient; Megatron-LM #844, #1548; Fast-LLM #550).
+class TiedWeightOverwritten : public TrainingLoop {
+ public:
+  using TrainingLoop::TrainingLoop;
+  void backward_node(const LoopCall& c) override {
+    if (c.node.parameters == 1 && shared_with_a_later_node(c)) {
+      const Tensor grad[] = {c.grads[0]};
+      backend_.zero(grad);  // dW = ... instead of +=
+    }
+    TrainingLoop::backward_node(c);
+  }
+
+ private:
+  static bool shared_with_a_later_node(const LoopCall& c) {
+    for (const ref::Node& other : c.model.nodes)
+      if (&other > &c.node && other.parameters > 0 && other.first_parameter == c.node.first_parameter) return true;
+    return false;
+  }
+};
+
 }  // namespace
 
 const std::vector<LoopMutant>& loop_mutants() {
@@ -311,6 +370,15 @@ const std::vector<LoopMutant>& loop_mutants() {
       {{"B27", "a branch's gradient written into the residual stream with = instead of +=: the skip's gradient lost",
         "llm.c commit b581810 (residual gradient buffers handled by hand under accumulation)"},
        loop_of<OverwritesResidualGradient>()},
+      {{"B32", "a tied head's weight gradient overwritten by the embedding's: one of the two contributions lost",
+        "TransformerEngine 3437; Megatron-LM 844, 1548; Fast-LLM 550"},
+       loop_of<TiedWeightOverwritten>()},
+      {{"B33", "a causal LM's normaliser counts the unshifted labels: one item too many per sequence",
+        "transformers PR 46204"},
+       loop_of<CountsUnshiftedLabels>()},
+      {{"B34", "the loss comes out multiplied by the number of micro-batches N",
+        "transformers 37197 (Gemma3); Liger-Kernel 802"},
+       loop_of<LossTimesN>()},
   };
   return all;
 }

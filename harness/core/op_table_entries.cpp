@@ -211,6 +211,59 @@ class EmbeddingBackwardOp : public TableOp {
   Tensor ids_, dy_, dw_;
 };
 
+// ------------------------------------------------------ position embedding
+
+// Size: `rows` samples of `in` positions, a width of `out`; the table has
+// one row more than the positions, a row no sample reaches.
+Matrix<double> position_ids(long samples, long positions) {
+  Matrix<double> ids(samples * positions, 1);
+  for (long r = 0; r < ids.rows(); ++r) ids(r, 0) = static_cast<double>(r % positions);
+  return ids;
+}
+
+class PositionForwardOp : public TableOp {
+ public:
+  PositionForwardOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed) : TableOp(b, t, seed), positions_(s.in) {
+    x_ = input(random(s.rows * s.in, s.out), t);
+    p_ = input(random(s.in + 1, s.out), t);
+    y_ = output(s.rows * s.in, s.out, t, false);
+    bytes = 3.0 * bytes_of(t) * static_cast<double>(s.rows * s.in * s.out);
+  }
+  void run() override { backend_.position_embedding_forward(x_, p_, positions_, y_); }
+  std::vector<Expectation> expected() override {
+    const Matrix<Bounded> x = held(x_);
+    Matrix<Bounded> y = ref::embedding_forward(position_ids(x.rows() / positions_, positions_), held(p_));
+    for (long i = 0; i < y.size(); ++i) y.data()[i] = x.data()[i] + y.data()[i];
+    return {{"y", stored(y, ref::Storage::compute), &y_}};
+  }
+
+ private:
+  long positions_;
+  Tensor x_, p_, y_;
+};
+
+// dp += the rows of dy summed by position into a float32 buffer: an
+// embedding backward whose ids are the positions.
+class PositionBackwardOp : public TableOp {
+ public:
+  PositionBackwardOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed) : TableOp(b, t, seed), positions_(s.in) {
+    dy_ = input(random(s.rows * s.in, s.out), t);
+    dp_ = output(s.in + 1, s.out, DType::f32, true);
+    bytes = (bytes_of(t) + 8.0) * static_cast<double>(s.rows * s.in * s.out);
+  }
+  void run() override { backend_.position_embedding_backward(dy_, positions_, dp_); }
+  std::vector<Expectation> expected() override {
+    const Matrix<Bounded> dy = held(dy_);
+    const Matrix<Bounded> dp =
+        ref::embedding_backward(position_ids(dy.rows() / positions_, positions_), dy, -1, initial(dp_));
+    return {{"dp", stored(dp, ref::Storage::accumulate), &dp_}};
+  }
+
+ private:
+  long positions_;
+  Tensor dy_, dp_;
+};
+
 // ----------------------------------------------------------- data movement
 
 // Every element of an overwritten tensor set to one value, rounded to its
@@ -575,6 +628,8 @@ const std::vector<OpSpec>& op_table() {
   const std::vector<OpSize> columns = {{5, 7, 9}, {1, 1, 1}, {33, 4, 17}};
   // rows (tokens), vocabulary, width: a token of 5 repeats over 256 times in 600 rows.
   const std::vector<OpSize> tokens = {{12, 7, 5}, {1, 1, 1}, {600, 5, 3}, {33, 97, 17}};
+  // samples, positions, width: a position's sum of 300 terms.
+  const std::vector<OpSize> positions = {{4, 3, 5}, {1, 1, 1}, {300, 2, 3}, {3, 17, 33}};
   const std::vector<OpSize> step = {{3, 4}, {1, 1}, {7, 13}};
   static const std::vector<OpSpec> table = {
       {"linear_forward", "y = x w^T + b", gemm, make<LinearForward>()},
@@ -592,6 +647,10 @@ const std::vector<OpSpec>& op_table() {
       {"embedding_forward", "y = the table's rows of the token ids", tokens, make<EmbeddingForwardOp>()},
       {"embedding_backward", "dw += dy summed by token, none into the padding row", tokens,
        make<EmbeddingBackwardOp>()},
+      {"position_embedding_forward", "y = x + the table's row of each row's position", positions,
+       make<PositionForwardOp>()},
+      {"position_embedding_backward", "dp += dy summed by position, the table's last row untouched", positions,
+       make<PositionBackwardOp>()},
       {"layer_norm", "LayerNorm forward and backward", norm, make<NormOp>(NormKind::layer)},
       {"rms_norm", "RMSNorm forward and backward", norm, make<NormOp>(NormKind::rms)},
       {"group_norm", "GroupNorm forward and backward", norm, make<NormOp>(NormKind::group)},

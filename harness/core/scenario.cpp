@@ -109,11 +109,15 @@ ref::Batch make_window(const ScenarioSpec& s, SeededRandom& rng, long samples) {
     return b;
   }
   b.classes.resize(static_cast<std::size_t>(rows));
+  // A causal LM's labels are its own token ids (shifted by the loss).
+  const bool next_token = s.model.loss == ref::LossKind::causal_lm;
   for (long sample = 0; sample < samples; ++sample) {
     const long length = s.data == DataKind::padded_sequences ? rng.integer(1, s.model.positions) : s.model.positions;
-    for (long t = 0; t < s.model.positions; ++t)
-      b.classes[sample * s.model.positions + t] =
-          t < length ? static_cast<int>(rng.integer(0, outputs - 1)) : ref::kIgnoreClass;
+    for (long t = 0; t < s.model.positions; ++t) {
+      const long r = sample * s.model.positions + t;
+      const int label = next_token ? static_cast<int>(b.inputs(r, 0)) : static_cast<int>(rng.integer(0, outputs - 1));
+      b.classes[static_cast<std::size_t>(r)] = t < length ? label : ref::kIgnoreClass;
+    }
   }
   // A token model's padded positions hold the padding token.
   if (s.model.token_input && s.model.padding_token >= 0)
@@ -293,8 +297,8 @@ void validate(const ScenarioSpec& s) {
           refuse("split: batchnorm needs >= 2 values per channel in every micro-batch, but a micro-batch of " +
                  std::to_string(n) + " sample(s) x " + std::to_string(s.model.positions) + " position(s) has " +
                  std::to_string(n * s.model.positions));
-  if (s.data == DataKind::padded_sequences && s.model.loss != ref::LossKind::cross_entropy)
-    refuse("data: padded_sequences needs the cross_entropy loss (padding is an ignore mask)");
+  if (s.data == DataKind::padded_sequences && s.model.loss == ref::LossKind::mse)
+    refuse("data: padded_sequences needs the cross_entropy or causal_lm loss (padding is an ignore mask)");
 
   const ref::OptimizerSpec& o = s.procedure.optimizer;
   require_in("learning_rate", o.lr, 0.0, kMaxLearningRate, /*open_low=*/true);

@@ -408,12 +408,17 @@ double TrainingLoop::forward_loss_backward(const ref::Batch& mb, float scale, co
   if (m.loss == ref::LossKind::mse) {
     backend_.upload(targets, to_float(mb.targets));
   } else {
-    std::vector<float> classes(mb.classes.begin(), mb.classes.end());
+    // A causal LM's labels arrive unshifted: the loop shifts them, and the
+    // kernel scores each row against its target as cross-entropy does.
+    const std::vector<int> scored =
+        m.loss == ref::LossKind::causal_lm ? ref::shifted_labels(mb.classes, mb.positions) : mb.classes;
+    std::vector<float> classes(scored.begin(), scored.end());
     backend_.upload(targets, classes);
   }
   const Tensor dy_out = gradient_buffer(plan_.output_gradient, rows, model.widths[output]);
   backend_.fill(dy_out, kPoison);
-  const double loss_sum = backend_.loss_forward_backward(m.loss, activation(output, rows), targets, scale, dy_out);
+  const ref::LossKind kernel_loss = m.loss == ref::LossKind::causal_lm ? ref::LossKind::cross_entropy : m.loss;
+  const double loss_sum = backend_.loss_forward_backward(kernel_loss, activation(output, rows), targets, scale, dy_out);
 
   // Group by group from the last: with checkpointing, first recompute the
   // group's forward from its kept input (its values were overwritten by
@@ -436,7 +441,7 @@ double TrainingLoop::forward_loss_backward(const ref::Batch& mb, float scale, co
         c.dx.push_back(v > 0 || !m.token_input ? gradient_buffer(step.dx[i], rows, model.widths[v]) : Tensor{});
         backend_.fill(c.dx.back(), kPoison);
       }
-      record_of(*c.node.op).loop_backward(c);
+      backward_node(c);
       for (std::size_t i = 0; i < c.node.inputs.size(); ++i)
         if (c.needed[i] && step.sum[i] != step.dx[i])
           add_input_gradient(gradient_buffer(step.sum[i], rows, c.dx[i].cols), c.dx[i]);
@@ -444,5 +449,7 @@ double TrainingLoop::forward_loss_backward(const ref::Batch& mb, float scale, co
   }
   return loss_sum * static_cast<double>(scale);
 }
+
+void TrainingLoop::backward_node(const LoopCall& c) { record_of(*c.node.op).loop_backward(c); }
 
 }  // namespace gradeq

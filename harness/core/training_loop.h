@@ -81,6 +81,9 @@ class TrainingLoop {
   // Adds a later reader's gradient of a value into the value's gradient
   // (a residual block's input: the branch's gradient into the stream's).
   virtual void add_input_gradient(const Tensor& value_gradient, const Tensor& part);
+  // Runs a node's backward: its record's calls on the backend, adding its
+  // parameters' gradients into c.grads.
+  virtual void backward_node(const LoopCall& c);
 
   // ---- pieces the steps are made of
   void refresh_compute_weights();

@@ -124,11 +124,11 @@ void CpuBackend::convert(const Tensor& src, const Tensor& dst) {
 void CpuBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) {
   const long rows = x.rows, in = x.cols, out = w.rows;
   require_shape(w, out, in, "linear_forward weight");
-  require_shape(b, 1, out, "linear_forward bias");
+  require_bias(b, out, "linear_forward bias");
   require_shape(y, rows, out, "linear_forward output");
   if (rows == 0 || out == 0) return;
   float* yv = values(y);
-  const float* bv = values(b);
+  const float* bv = b.empty() ? nullptr : values(b);
   Map acc(yv, rows, out);
   if (in == 0) {
     acc.setZero();
@@ -139,7 +139,7 @@ void CpuBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& 
     constexpr DType D = decltype(dt)::value;
     for (long i = 0; i < rows; ++i) {
       float* row = yv + i * out;
-      for (long o = 0; o < out; ++o) row[o] = store<D>(row[o] + bv[o]);
+      for (long o = 0; o < out; ++o) row[o] = store<D>(bv ? row[o] + bv[o] : row[o]);
     }
   });
 }
@@ -169,7 +169,7 @@ void CpuBackend::linear_backward_weight(const Tensor& dy, const Tensor& x, const
   const long rows = x.rows, in = x.cols, out = dy.cols;
   require_shape(dy, rows, out, "linear_backward_weight dy");
   require_shape(dw, out, in, "linear_backward_weight dw");
-  require_shape(db, 1, out, "linear_backward_weight db");
+  require_bias(db, out, "linear_backward_weight db");
   if (out == 0) return;
   const float* dyv = values(dy);
   const std::size_t products = static_cast<std::size_t>(out * in);
@@ -193,11 +193,12 @@ void CpuBackend::linear_backward_weight(const Tensor& dy, const Tensor& x, const
     for (long o = 0; o < out; ++o) column_sums[o] += row[o];
   }
   float* dwv = values(dw);
-  float* dbv = values(db);
+  float* dbv = db.empty() ? nullptr : values(db);
   dispatch(dw.dtype, [&](auto dt) {
     constexpr DType D = decltype(dt)::value;
     for (std::size_t k = 0; k < products; ++k) dwv[k] = store<D>(dwv[k] + p[k]);
   });
+  if (dbv == nullptr) return;
   dispatch(db.dtype, [&](auto dt) {
     constexpr DType D = decltype(dt)::value;
     for (long o = 0; o < out; ++o) dbv[o] = store<D>(dbv[o] + column_sums[o]);
@@ -339,6 +340,7 @@ void CpuBackend::norm_backward(const NormConfig& c, const Tensor& x, const Tenso
 double CpuBackend::loss_forward_backward(LossKind k, const Tensor& y, const Tensor& targets, float scale,
                                          const Tensor& dy) {
   const long rows = y.rows, cols = y.cols;
+  require_kernel_loss(k);
   require_shape(dy, rows, cols, "loss dy");
   const float* yv = values(y);
   float total = 0.0f;

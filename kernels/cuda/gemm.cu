@@ -73,12 +73,12 @@ void CudaBackend::gemm(bool transpose_a, bool transpose_b, long m, long n, long 
 void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) {
   const long rows = x.rows, in = x.cols, out = w.rows;
   require_shape(w, out, in, "linear_forward weight");
-  require_shape(b, 1, out, "linear_forward bias");
+  require_bias(b, out, "linear_forward bias");
   require_shape(y, rows, out, "linear_forward output");
   if (y.empty()) return;
   const Tensor acc{scratch(rows * out), rows, out, DType::f32};
   gemm(true, false, out, rows, in, w, in, x, in, 0.0f, acc);
-  bias_epilogue<<<blocks_for(rows * out), kThreads>>>(static_cast<const float*>(acc.data), b.data, b.dtype, y.data,
+  bias_epilogue<<<blocks_for(rows * out), kThreads>>>(static_cast<const float*>(acc.data), b.empty() ? nullptr : b.data, b.dtype, y.data,
                                                       y.dtype, rows, out);
   GRADEQ_LAUNCH_CHECK();
 }
@@ -106,7 +106,7 @@ void CudaBackend::linear_backward_weight(const Tensor& dy, const Tensor& x, cons
   const long rows = x.rows, in = x.cols, out = dy.cols;
   require_shape(dy, rows, out, "linear_backward_weight dy");
   require_shape(dw, out, in, "linear_backward_weight dw");
-  require_shape(db, 1, out, "linear_backward_weight db");
+  require_bias(db, out, "linear_backward_weight db");
   if (rows == 0) return;
   const DType inputs = x.dtype == dy.dtype ? x.dtype : DType::f32;
   if (gemm_writes(inputs, dw.dtype)) {
@@ -117,7 +117,7 @@ void CudaBackend::linear_backward_weight(const Tensor& dy, const Tensor& x, cons
     const Tensor dst[] = {dw}, src[] = {product};
     accumulate(dst, src, {});
   }
-  bias_gradient(dy, db);
+  if (!db.empty()) bias_gradient(dy, db);
 }
 
 void CudaBackend::bias_gradient(const Tensor& dy, const Tensor& db) {

@@ -63,6 +63,7 @@ __global__ void cross_entropy_kernel(const void* y, DType ty, const float* class
 double CudaBackend::loss_forward_backward(LossKind k, const Tensor& y, const Tensor& targets, float scale,
                                           const Tensor& dy) {
   const long rows = y.rows, cols = y.cols;
+  require_kernel_loss(k);
   require_shape(dy, rows, cols, "loss dy");
   GRADEQ_REQUIRE(targets.dtype == DType::f32, "loss: targets are float32");
   if (rows == 0) return 0.0;

@@ -87,6 +87,7 @@ class LostUpdateBiasGradient : public ForwardingBackend {
  public:
   using ForwardingBackend::ForwardingBackend;
   void linear_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) override {
+    if (db.empty()) return inner_.linear_backward_weight(dy, x, dw, db);  // no bias (a tied head)
     Tensor discarded = inner_.allocate(db.rows, db.cols, DType::f32);
     inner_.fill(discarded, 0.0f);
     inner_.linear_backward_weight(dy, x, dw, discarded);  // dw as the kernel computes it
