@@ -136,11 +136,11 @@ rc::Gen<ScenarioSpec> independent_scenario() {
       s.model.input_features = *rc::gen::inRange<long>(2, 41);
       s.model.padding_token = *rc::gen::arbitrary<bool>() ? 0 : -1;
       s.model.layers.push_back(layer_of("embedding", *awkward_width()));
-      if (*rc::gen::arbitrary<bool>())
-        s.model.layers.push_back(layer_of("position_embedding", s.model.positions + *rc::gen::inRange<long>(0, 3)));
       language_model = *rc::gen::arbitrary<bool>();
       tied = language_model && *rc::gen::arbitrary<bool>();
       if (language_model) s.model.loss = ref::LossKind::causal_lm;
+      if (*rc::gen::arbitrary<bool>())
+        s.model.layers.push_back(layer_of("position_embedding", s.model.positions + *rc::gen::inRange<long>(0, 3)));
     }
     // A third of the models normalize the raw input first (pre-norm).
     if (*rc::gen::inRange(0, 3) == 0) s.model.layers.push_back(layer_of(*rc::gen::element("layernorm", "rmsnorm")));

@@ -8,6 +8,7 @@
 #include "harness/core/ops/registry.h"
 #include "harness/core/training_loop.h"
 #include "reference/model.h"
+#include "reference/procedure.h"
 
 namespace gradeq {
 namespace {
@@ -179,6 +180,65 @@ TEST(ConfigTokens, TheInputIsTokensReadOnlyByAnEmbedding) {
   EXPECT_EQ(j.at("vocabulary"), 11);
   EXPECT_EQ(j.at("padding_token"), 3);
   EXPECT_FALSE(j.contains("input_features"));
+}
+
+std::string lm_rejection(const std::string& keys, const std::string& layers) {
+  try {
+    (void)parse_scenarios("[[scenario]]\nname = \"t\"\n" + keys + "\nsplit = [[2, 2]]\nlayers = " + layers + "\n",
+                          "lm.toml");
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+// A language model: a position embedding whose table covers the positions,
+// a head tied to the token embedding (one parameter, read by two nodes),
+// and the shifted-label loss over the vocabulary.
+TEST(ConfigTokens, ALanguageModelTiesItsHeadAndShiftsItsLabels) {
+  const std::string lm = "vocabulary = 11\npositions = 4\nloss = \"causal_lm\"";
+  const std::string layers = R"(["embedding:8", "position_embedding:4", "layernorm", "tied_head"])";
+  EXPECT_EQ(lm_rejection(lm, layers), "accepted");
+  const ScenarioSpec s = parse_scenarios("[[scenario]]\nname = \"t\"\n" + lm + "\nsplit = [[2, 2]]\nlayers = " +
+                                             layers + "\n",
+                                         "lm.toml")
+                             .front();
+  const ref::Model m(s.model);
+  std::vector<std::string> names;
+  for (const ref::ParameterInfo& p : m.parameters) names.push_back(p.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"layer0.weight", "layer1.weight", "layer2.weight", "layer2.bias"}));
+  EXPECT_EQ(m.nodes[3].first_parameter, 0);  // the head reads the embedding's weight
+  EXPECT_EQ(m.nodes[3].parameters, 1);
+  EXPECT_EQ(m.output_width(), 11);
+  EXPECT_NE(lm_rejection("input_features = 4\nloss = \"cross_entropy\"", R"(["linear:8", "tied_head"])")
+                .find("a tied head needs the model's token embedding"),
+            std::string::npos);
+  EXPECT_NE(lm_rejection(lm, R"(["embedding:8", "linear:5", "tied_head"])")
+                .find("its input has width 5, the tied embedding's 8"),
+            std::string::npos);
+  EXPECT_NE(lm_rejection(lm, R"(["embedding:8", "linear:7"])").find("causal_lm scores each position"),
+            std::string::npos);
+  EXPECT_NE(lm_rejection("input_features = 4\nloss = \"causal_lm\"", R"(["linear:4"])")
+                .find("causal_lm scores each position"),
+            std::string::npos);
+  EXPECT_NE(lm_rejection(lm, R"(["embedding:8", "position_embedding:3", "tied_head"])")
+                .find("its table of 3 rows is shorter than the 4 positions per sample"),
+            std::string::npos);
+}
+
+// Position t is scored against label t + 1 of its own sample; the last
+// position and padding count for nothing, and the normaliser counts what
+// is left: one fewer per sequence than the unshifted labels.
+TEST(ConfigTokens, ShiftedLabelsStayInsideTheirSample) {
+  const std::vector<int> labels = {5, 6, 7, ref::kIgnoreClass, 1, 2, 3, 4};
+  EXPECT_EQ(ref::shifted_labels(labels, 4),
+            (std::vector<int>{6, 7, ref::kIgnoreClass, ref::kIgnoreClass, 2, 3, 4, ref::kIgnoreClass}));
+  ref::Batch b;
+  b.positions = 4;
+  b.inputs = ref::Matrix<double>::Zero(8, 1);
+  b.classes = labels;
+  EXPECT_EQ(b.items(ref::LossKind::causal_lm), 5);
+  EXPECT_EQ(b.items(ref::LossKind::cross_entropy), 7);
 }
 
 TEST(ConfigGraph, ScenarioJsonWritesTheGraphBack) {

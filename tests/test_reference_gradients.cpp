@@ -205,6 +205,34 @@ TEST_F(ReferenceGradients, TokenModelWithEmbedding) {
       [&](const Matrix<double>& out) { return ref::cross_entropy_loss(out, classes, 1.0).dy; });
 }
 
+// A language model: token and position embeddings, a residual block, the
+// final LayerNorm and a head tied to the token embedding, under the
+// shifted-label loss: the tied weight's gradient (the head's contribution
+// and the embedding's, summed) against finite differences of the loss in
+// that one parameter.
+TEST_F(ReferenceGradients, LanguageModelWithTiedHeadAndShiftedLabels) {
+  ref::ModelSpec spec;
+  spec.input_features = 7;
+  spec.token_input = true;
+  spec.positions = 3;
+  spec.layers = {layer_of("embedding", 5), layer_of("position_embedding", 4),
+                 combinator_of("residual", {layer_of("layernorm"), layer_of("linear", 6), layer_of("gelu"),
+                                            layer_of("linear", 5)}),
+                 layer_of("layernorm"), layer_of("tied_head")};
+  spec.loss = ref::LossKind::causal_lm;
+  Matrix<double> ids(6, 1);
+  ids << 2, 0, 2, 6, 2, 3;
+  const std::vector<int> shifted = ref::shifted_labels({2, 0, 2, 6, 2, ref::kIgnoreClass}, spec.positions);
+  ASSERT_EQ(ref::parameter_layout(spec).front().name, "layer0.weight");
+  check_stack(
+      spec, ids,
+      [&](const auto& out) {
+        using T = typename std::decay_t<decltype(out)>::Scalar;
+        return ref::cross_entropy_loss(out, shifted, T(1.0)).loss_sum;
+      },
+      [&](const Matrix<double>& out) { return ref::cross_entropy_loss(out, shifted, 1.0).dy; });
+}
+
 // A stack with every normalizer, over samples of 3 positions.
 TEST_F(ReferenceGradients, ModelStackWithEveryNormalizer) {
   ref::ModelSpec spec;

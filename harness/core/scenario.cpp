@@ -109,10 +109,13 @@ ref::Batch make_window(const ScenarioSpec& s, SeededRandom& rng, long samples) {
     return b;
   }
   b.classes.resize(static_cast<std::size_t>(rows));
-  // A causal LM's labels are its own token ids (shifted by the loss).
+  // A causal LM's labels are its own token ids (shifted by the loss), and
+  // its sequences hold at least two tokens: one alone predicts nothing.
   const bool next_token = s.model.loss == ref::LossKind::causal_lm;
+  const long shortest = next_token ? std::min(2L, s.model.positions) : 1;
   for (long sample = 0; sample < samples; ++sample) {
-    const long length = s.data == DataKind::padded_sequences ? rng.integer(1, s.model.positions) : s.model.positions;
+    const long length =
+        s.data == DataKind::padded_sequences ? rng.integer(shortest, s.model.positions) : s.model.positions;
     for (long t = 0; t < s.model.positions; ++t) {
       const long r = sample * s.model.positions + t;
       const int label = next_token ? static_cast<int>(b.inputs(r, 0)) : static_cast<int>(rng.integer(0, outputs - 1));
