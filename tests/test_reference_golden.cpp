@@ -1,8 +1,11 @@
 // The float64 reference reproduces PyTorch's float64 results (tests/golden):
 // conventions finite differences cannot pin (tanh GELU, biased variance,
 // where eps goes, ignore_index, PyTorch's SGD).
+#include "harness/core/ops/registry.h"
 #include "reference/layers.h"
 #include "reference/losses.h"
+#include "reference/model.h"
+#include "reference/procedure.h"
 #include "reference/optimizers.h"
 #include "support.h"
 
@@ -189,6 +192,81 @@ TEST(ReferenceGolden, ClipGradNorm) {
   expect_matches_golden(Matrix<Bounded>(b * c), matrix(g["grads_after"][1]), "second tensor");
   // A norm under max_norm is left alone.
   EXPECT_EQ(ref::clip_coefficient(ref::ClipSpec{true, 100.0}, norm).value, 1.0);
+}
+
+// nn.Embedding with padding_idx over repeated ids: the gather, and each
+// token's rows summed into its row of the gradient, none into the padding
+// row (tests/golden/make_goldens.py).
+TEST(ReferenceGolden, Embedding) {
+  const auto g = golden("embedding");
+  Matrix<double> ids(static_cast<long>(g["ids"].size()), 1);
+  for (long r = 0; r < ids.rows(); ++r) ids(r, 0) = g["ids"][static_cast<std::size_t>(r)].get<double>();
+  const auto w = lift<Bounded>(matrix(g["weight"])), dy = lift<Bounded>(matrix(g["dy"]));
+  expect_matches_golden(ref::embedding_forward(ids, w), matrix(g["y"]), "y");
+  const Matrix<Bounded> zero = lift<Bounded>(Matrix<double>::Zero(w.rows(), w.cols()));
+  expect_matches_golden(ref::embedding_backward(ids, dy, g["padding_idx"].get<long>(), zero), matrix(g["dweight"]),
+                        "dweight");
+}
+
+// x + wpe(arange(T)) with a table longer than the sequence: dx = dy, and
+// each position's rows summed over the samples (the record's math, through
+// the model: position_embedding as the only layer).
+TEST(ReferenceGolden, PositionEmbedding) {
+  const auto g = golden("position_embedding");
+  ref::ModelSpec spec;
+  const Matrix<double> x = matrix(g["x"]), table = matrix(g["weight"]);
+  spec.input_features = x.cols();
+  spec.positions = g["positions"].get<long>();
+  spec.layers = {layer_of("position_embedding", table.rows())};
+  const ref::Model model(spec);
+  const ref::Tensors<Bounded> params = {lift<Bounded>(table)};
+  const auto tape = ref::forward(model, params, lift<Bounded>(x));
+  expect_matches_golden(tape.output(), matrix(g["y"]), "y");
+  const auto grads = ref::backward(model, params, tape, lift<Bounded>(matrix(g["dy"])));
+  expect_matches_golden(grads[0], matrix(g["dweight"]), "dweight");
+}
+
+// A window of a small causal LM in PyTorch float64 autograd: token and
+// position embeddings, a pre-LN residual block, the final LayerNorm, a head
+// tied to the token embedding; the labels unshifted with -100 at padding,
+// the loss's sum over the shifted labels divided by their count. Every
+// parameter's gradient (the tied weight's: both contributions) and the
+// loss.
+TEST(ReferenceGolden, TiedLanguageModelWindow) {
+  const auto g = golden("tied_lm");
+  ref::ModelSpec spec;
+  spec.input_features = g["vocabulary"].get<long>();
+  spec.token_input = true;
+  spec.padding_token = g["padding_token"].get<long>();
+  spec.positions = g["positions"].get<long>();
+  spec.layers = {layer_of("embedding", 6), layer_of("position_embedding", spec.positions),
+                 combinator_of("residual", {layer_of("layernorm"), layer_of("linear", 8), layer_of("gelu"),
+                                            layer_of("linear", 6)}),
+                 layer_of("layernorm"), layer_of("tied_head")};
+  spec.loss = ref::LossKind::causal_lm;
+  const ref::Model model(spec);
+  ref::Tensors<Bounded> params;
+  for (const ref::ParameterInfo& p : model.parameters) params.push_back(lift<Bounded>(matrix(g["parameters"][p.name])));
+  ASSERT_EQ(params.size(), g["parameters"].size());
+  const long rows = static_cast<long>(g["ids"].size());
+  Matrix<double> ids(rows, 1);
+  std::vector<int> labels;
+  for (long r = 0; r < rows; ++r) {
+    ids(r, 0) = g["ids"][static_cast<std::size_t>(r)].get<double>();
+    labels.push_back(g["labels"][static_cast<std::size_t>(r)].get<int>());
+  }
+  ref::Batch batch;
+  batch.positions = spec.positions;
+  batch.inputs = ids;
+  batch.classes = labels;
+  ASSERT_EQ(batch.items(ref::LossKind::causal_lm), g["count"].get<long>());
+  const Bounded scale(1.0 / static_cast<double>(batch.items(ref::LossKind::causal_lm)));
+  const auto tape = ref::forward(model, params, lift<Bounded>(ids));
+  const auto loss = ref::cross_entropy_loss(tape.output(), ref::shifted_labels(labels, spec.positions), scale);
+  expect_matches_golden(loss.loss_sum * scale, g["loss"].get<double>(), "loss");
+  const auto grads = ref::backward(model, params, tape, loss.dy);
+  for (std::size_t p = 0; p < params.size(); ++p)
+    expect_matches_golden(grads[p], matrix(g["gradients"][model.parameters[p].name]), model.parameters[p].name);
 }
 
 TEST(ReferenceGolden, ScheduleWarmupCosine) {

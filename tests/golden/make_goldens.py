@@ -30,9 +30,107 @@ def activation(name, fn, rows=4, cols=6, seed=3):
             "y": y.detach().tolist(), "dx": x.grad.tolist()}
 
 
+def listed(t):
+    return t.detach().tolist()
+
+
+def embedding(vocabulary=7, width=4, padding_idx=1, seed=5):
+    """nn.Embedding with padding_idx over repeated ids (token 2 four
+    times, the padding token twice)."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.tensor([2, 0, 2, 1, 6, 2, 1, 2, 3])
+    emb = torch.nn.Embedding(vocabulary, width, padding_idx=padding_idx).double()
+    with torch.no_grad():
+        emb.weight.copy_(torch.randn(vocabulary, width, generator=g, dtype=torch.float64))
+    dy = torch.randn(len(ids), width, generator=g, dtype=torch.float64)
+    y = emb(ids)
+    (y * dy).sum().backward()
+    return {"op": "embedding", "torch": torch.__version__, "dtype": "float64", "padding_idx": padding_idx,
+            "ids": ids.tolist(), "weight": listed(emb.weight), "dy": listed(dy), "y": listed(y),
+            "dweight": emb.weight.grad.tolist()}
+
+
+def position_embedding(samples=3, positions=4, table=6, width=5, seed=6):
+    """x + wpe(arange(T)) over [samples, T, width] (GPT-2's wpe), the table
+    longer than the sequence."""
+    g = torch.Generator().manual_seed(seed)
+    wpe = torch.nn.Embedding(table, width).double()
+    with torch.no_grad():
+        wpe.weight.copy_(torch.randn(table, width, generator=g, dtype=torch.float64))
+    # x float32-representable: a model's input is stored in the compute dtype.
+    x = torch.randn(samples, positions, width, generator=g, dtype=torch.float64).float().double().requires_grad_()
+    dy = torch.randn(samples, positions, width, generator=g, dtype=torch.float64)
+    y = x + wpe(torch.arange(positions))
+    (y * dy).sum().backward()
+    return {"op": "position_embedding", "torch": torch.__version__, "dtype": "float64", "positions": positions,
+            "x": listed(x.reshape(-1, width)), "weight": listed(wpe.weight), "dy": listed(dy.reshape(-1, width)),
+            "y": listed(y.reshape(-1, width)), "dx": x.grad.reshape(-1, width).tolist(), "dweight": wpe.weight.grad.tolist()}
+
+
+def tied_lm(vocabulary=11, width=6, hidden=8, positions=5, seed=7):
+    """A window of a small causal LM: token and position embeddings, a
+    pre-LN residual MLP block, the final LayerNorm and a head tied to the
+    token embedding (lm_head.weight = wte.weight); labels are the ids with
+    -100 at padding, shifted inside the loss, whose sum is divided by the
+    count of shifted labels. Parameters and gradients under gradeq's names."""
+    g = torch.Generator().manual_seed(seed)
+    nn = torch.nn
+
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(vocabulary, width, padding_idx=0)
+            self.wpe = nn.Embedding(positions, width)
+            self.ln = nn.LayerNorm(width)
+            self.fc = nn.Linear(width, hidden)
+            self.act = nn.GELU(approximate="tanh")
+            self.proj = nn.Linear(hidden, width)
+            self.ln_f = nn.LayerNorm(width)
+            self.lm_head = nn.Linear(width, vocabulary, bias=False)
+            self.lm_head.weight = self.wte.weight
+
+        def forward(self, idx):
+            x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+            x = x + self.proj(self.act(self.fc(self.ln(x))))
+            return self.lm_head(self.ln_f(x))
+
+    model = LM().double()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.5)
+    lengths = [5, 3, 2]
+    ids = torch.randint(1, vocabulary, (len(lengths), positions), generator=g)
+    labels = ids.clone()
+    for s, n in enumerate(lengths):
+        ids[s, n:] = 0
+        labels[s, n:] = -100
+    logits = model(ids)
+    shifted = labels[:, 1:]
+    count = int((shifted != -100).sum())
+    loss = F.cross_entropy(logits[:, :-1].reshape(-1, vocabulary), shifted.reshape(-1), ignore_index=-100,
+                           reduction="sum") / count
+    loss.backward()
+    names = {"wte.weight": "layer0.weight", "wpe.weight": "layer1.weight", "ln.weight": "layer2.0.weight",
+             "ln.bias": "layer2.0.bias", "fc.weight": "layer2.1.weight", "fc.bias": "layer2.1.bias",
+             "proj.weight": "layer2.3.weight", "proj.bias": "layer2.3.bias", "ln_f.weight": "layer3.weight",
+             "ln_f.bias": "layer3.bias"}
+    params = dict(model.named_parameters())  # the tied weight once, as wte.weight
+    return {"op": "tied_lm", "torch": torch.__version__, "dtype": "float64", "vocabulary": vocabulary,
+            "positions": positions, "padding_token": 0,
+            "layers": ["embedding:%d" % width, "position_embedding:%d" % positions,
+                       {"residual": ["layernorm", "linear:%d" % hidden, "gelu", "linear:%d" % width]},
+                       "layernorm", "tied_head"],
+            "ids": ids.reshape(-1).tolist(), "labels": labels.reshape(-1).tolist(), "count": count,
+            "loss": float(loss), "parameters": {names[k]: listed(p) for k, p in params.items()},
+            "gradients": {names[k]: p.grad.tolist() for k, p in params.items()}}
+
+
 OPS = {
     # nn.GELU()'s default: x Phi(x), exact through erf.
     "gelu_erf": lambda: activation("gelu_erf", lambda x: F.gelu(x)),
+    "embedding": embedding,
+    "position_embedding": position_embedding,
+    "tied_lm": tied_lm,
 }
 
 
