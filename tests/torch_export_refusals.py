@@ -176,6 +176,30 @@ def dropout_put_in_training_mode():
     one_window(rec)
 
 
+class TokenModel(nn.Module):
+    """A language model's ends: token and position embeddings, a head."""
+
+    def __init__(self, tied=True, position_padding=None):
+        super().__init__()
+        self.wte = nn.Embedding(7, 4)
+        self.wpe = nn.Embedding(3, 4, padding_idx=position_padding)
+        self.head = nn.Linear(4, 7, bias=False)
+        if tied:
+            self.head.weight = self.wte.weight
+
+    def forward(self, idx):
+        return self.head(self.wte(idx) + self.wpe(torch.arange(idx.shape[1])))
+
+
+class TwoTokenEmbeddings(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Embedding(7, 4), nn.Embedding(7, 4)
+
+    def forward(self, idx):
+        return self.b(self.a(idx))
+
+
 def tied_weights():
     m = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
     m[2].weight = m[0].weight
@@ -283,6 +307,14 @@ CASES = [
     ("BatchNorm in eval mode", batchnorm_in_eval_mode, "module '1' (BatchNorm1d) is in eval mode"),
     ("Dropout put back in training mode", dropout_put_in_training_mode, "module '1' (Dropout, p=0.5) is in training"),
     ("tied weights", tied_weights, "parameters '0.weight' and '2.weight' are one tensor"),
+    ("an untied head without bias", lambda: gradeq_export.layers_of(TokenModel(tied=False)),
+     "bias=False is not modelled, but for a head tied to the token embedding"),
+    ("an embedding of what is not the ids", lambda: gradeq_export.layers_of(
+        nn.Sequential(nn.Linear(4, 4), nn.Embedding(5, 4))), "an embedding reads the model's token ids"),
+    ("an embedding of an embedding", lambda: gradeq_export.layers_of(TwoTokenEmbeddings()),
+     "module 'b' (Embedding) reads 'a': an embedding reads the model's token ids"),
+    ("a position embedding with padding_idx", lambda: gradeq_export.layers_of(TokenModel(position_padding=0)),
+     "a position embedding with padding_idx"),
     ("a linear layer with an adapter's parameters", an_adapted_linear, "has the parameters ['bias', 'lora_a', 'weight']"),
     ("a stepped tensor outside the model", an_outside_parameter_stepped, "not a parameter of the model's layers"),
     ("indices that name other samples", indices_that_lie, "its sample 0 is not the window's sample 2"),

@@ -17,7 +17,8 @@ import operator
 # module's class, or a function's target, to its converter); a converter
 # refuses what gradeq's op does not compute.
 
-MODELLED = "Linear, ReLU, GELU, LayerNorm, BatchNorm1d, GroupNorm, Dropout(p=0)"
+MODELLED = ("Linear, ReLU, GELU, LayerNorm, BatchNorm1d, GroupNorm, Dropout(p=0); Embedding of the token ids, "
+            "x + Embedding(torch.arange(T)) as a position embedding, a bias-free Linear tied to the token embedding")
 
 
 def _where(name, m):
@@ -37,10 +38,28 @@ def _quoted(nodes):
 # None for the identity; the parameters gradeq's op has).
 
 def _linear(net, name, m):
+    if net.token_weight is not None and m.weight is net.token_weight:
+        if m.bias is not None:
+            raise ValueError("%s: a head tied to the token embedding has no bias in gradeq (tied_head)"
+                             % _where(name, m))
+        net.width = (0, net.vocabulary)
+        net.tied[name + ".weight"] = net.token_name
+        return "tied_head", None
     if m.bias is None:
-        raise ValueError("%s: gradeq's linear layers have a bias (bias=False is not modelled)" % _where(name, m))
+        raise ValueError("%s: gradeq's linear layers have a bias (bias=False is not modelled, but for a head tied to "
+                         "the token embedding)" % _where(name, m))
     net.width = (0, m.out_features)
     return "linear:%d" % m.out_features, ("weight", "bias")
+
+
+def _embedding(net, name, m):
+    where = _where(name, m)
+    if m.max_norm is not None or m.scale_grad_by_freq or m.sparse:
+        raise ValueError("%s: max_norm, scale_grad_by_freq and sparse are not modelled" % where)
+    net.token_weight, net.token_name, net.vocabulary = m.weight, name + ".weight", int(m.num_embeddings)
+    net.padding_token = None if m.padding_idx is None else int(m.padding_idx) % int(m.num_embeddings)
+    net.width = (0, int(m.embedding_dim))
+    return "embedding:%d" % m.embedding_dim, ("weight",)
 
 
 def _relu(net, name, m):
@@ -121,7 +140,7 @@ def _identity(net, name, m):
 
 def _module_ops(nn):
     ops = {nn.Linear: _linear, nn.ReLU: _relu, nn.GELU: _gelu, nn.LayerNorm: _layernorm, nn.BatchNorm1d: _batchnorm,
-           nn.GroupNorm: _groupnorm, nn.Dropout: _dropout, nn.Identity: _identity}
+           nn.GroupNorm: _groupnorm, nn.Dropout: _dropout, nn.Identity: _identity, nn.Embedding: _embedding}
     if getattr(nn, "RMSNorm", None) is not None:
         ops[nn.RMSNorm] = _rmsnorm
     return ops
@@ -211,6 +230,53 @@ def _concat_width(net, node, x, f):
     return (x[0] + f[0], x[1] + f[1])
 
 
+def _trace_with_arange(tracer, model, torch, fx):
+    """tracer.trace(model), with torch.arange of a traced length (the
+    position ids, torch.arange(idx.shape[1])) recorded as a call in the
+    graph: torch.fx cannot pass a traced value to the builtin. The builtin
+    is put back afterwards."""
+    builtin = torch.arange
+
+    def arange(*args, **kwargs):
+        traced = [a for a in list(args) + list(kwargs.values()) if isinstance(a, fx.Proxy)]
+        if traced:
+            return traced[0].tracer.create_proxy("call_function", builtin, args, kwargs)
+        return builtin(*args, **kwargs)
+
+    torch.arange = arange
+    try:
+        return tracer.trace(model)
+    finally:
+        torch.arange = builtin
+
+
+def _reads_shape(node):
+    """x.shape or x.size(...): what the position ids are computed from."""
+    return (node.op == "call_function" and node.target is getattr and len(node.args) > 1 and
+            node.args[1] == "shape") or (node.op == "call_method" and node.target == "size")
+
+
+def _ancestry(node):
+    """The nodes `node` is computed from, if the model's input reaches it
+    only through its shape (position ids); None otherwise."""
+    seen, todo = [], [node]
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.append(n)
+        if n.op == "call_module":
+            return None
+        for i in n.all_input_nodes:
+            if i.op == "placeholder" and not _reads_shape(n):
+                return None
+            if i.op != "placeholder":
+                todo.append(i)
+            elif i not in seen:
+                seen.append(i)
+    return seen
+
+
 class _Block:
     """What a node that ends a block is (see above)."""
 
@@ -245,6 +311,7 @@ class ModelLayers:
         if not isinstance(model, nn.Module):
             raise ValueError("the model must be a torch.nn.Module, got %s" % type(model).__name__)
         self._module_ops = _module_ops(nn)
+        self._embedding_class = nn.Embedding
         self._function_ops = _function_ops(torch, F)
         self._block_ends = _block_ends(torch)
         leaves = tuple(self._module_ops)
@@ -256,7 +323,7 @@ class ModelLayers:
                 return isinstance(m, leaves) or super().is_leaf_module(m, qualified_name)
 
         try:
-            graph = Tracer().trace(model)
+            graph = _trace_with_arange(Tracer(), model, torch, fx)
         except Exception as e:  # data-dependent control flow and the like
             raise ValueError("the model cannot be traced by torch.fx into gradeq's layers: %s" % e) from None
         self._named_modules = dict(model.named_modules())
@@ -271,17 +338,21 @@ class ModelLayers:
         self.input_checks = []
         self.width = (1, 0)  # the width so far, as (a, b): a * input_features + b
         self.eps, self.momentum = set(), set()
+        # A language model: the token embedding's weight (its torch name),
+        # the vocabulary and padding_idx; a head tied to it by torch name.
+        self.token_weight, self.token_name, self.vocabulary, self.padding_token = None, None, None, None
+        self.tied = {}
         self._used, self._visited = set(), set()
         self._order = {node: i for i, node in enumerate(graph.nodes)}
-        seen = {}
+        seen, shared = {}, []
         for mname, m in model.named_modules():
             for pname, p in m._parameters.items():  # each module's own, duplicates kept
                 if p is None:
                     continue
                 name = "%s.%s" % (mname, pname) if mname else pname
                 if id(p) in seen:
-                    raise ValueError("parameters '%s' and '%s' are one tensor: shared (tied) weights are not modelled "
-                                     "yet" % (seen[id(p)], name))
+                    shared.append((seen[id(p)], name))
+                    continue
                 seen[id(p)] = name
         inputs = [node for node in graph.nodes if node.op == "placeholder"]
         if len(inputs) != 1:
@@ -291,6 +362,11 @@ class ModelLayers:
         self.layers, last = self._series(inputs[0], output, (), "layer%d")
         if output.args[0] is not last:
             raise ValueError("the model returns %r, not one tensor: gradeq's model has one output" % (output.args[0],))
+        for first, second in shared:  # only a head tied to the token embedding shares a tensor
+            if self.tied.get(second) != first:
+                raise ValueError("parameters '%s' and '%s' are one tensor: gradeq models one shared weight, the token "
+                                 "embedding's with a bias-free Linear head (lm_head.weight = wte.weight)"
+                                 % (first, second))
         for node in graph.nodes:
             if node.op not in ("placeholder", "output") and node not in self._visited:
                 raise ValueError("%s is not computed from the model's input: not a layer gradeq models" % _node(node))
@@ -318,8 +394,15 @@ class ModelLayers:
         elements, value = [], start
         while True:
             users = [u for u in value.users if u not in excluded]
+            if value.op == "placeholder":  # its shape, read for the position ids, is not a layer's input
+                users = [u for u in users if not _reads_shape(u)]
             if users == [until]:
                 return elements, value
+            position = self._position_embedding(users[0], value) if len(users) == 1 else None
+            if position is not None:
+                elements.append(self._position_element(users[0], position, at % len(elements)))
+                value, excluded = users[0], ()
+                continue
             if until in users:
                 raise ValueError("%s is read by %s besides %s, which ends its block or the model: gradeq's layers read "
                                  "a value once" % (_node(value), _quoted(u for u in users if u is not until),
@@ -341,6 +424,53 @@ class ModelLayers:
                                  "the branch and the node that ends each, x + f(x) or cat([x, f(x)], dim=-1)"
                                  % (_node(value), _quoted(users)))
             excluded = ()
+
+    def _position_embedding(self, node, value):
+        """Whether `node` adds a position embedding to `value`: value +
+        Embedding(ids) with ids computed from the input's shape alone
+        (torch.arange(T)); the Embedding's module, or None."""
+        block = self._block_ends.get((node.op, node.target))
+        if block is None or block.kind != "residual":
+            return None
+        operands = block.operands(node)
+        if operands is None or sum(o is value for o in operands) != 1:
+            return None
+        other = next(o for o in operands if o is not value)
+        if other.op != "call_module":
+            return None
+        import torch.nn as nn
+
+        m = self._named_modules[other.target]
+        if not isinstance(m, nn.Embedding) or len(other.all_input_nodes) != 1:
+            return None
+        ancestry = _ancestry(other.all_input_nodes[0])
+        if ancestry is None or not any(n.op == "call_function" and getattr(n.target, "__name__", "") == "arange"
+                                       for n in ancestry):
+            return None
+        return other, m, ancestry
+
+    def _position_element(self, add, position, prefix):
+        other, m, ancestry = position
+        where = _where(other.target, m)
+        if m.padding_idx is not None or m.max_norm is not None or m.scale_grad_by_freq or m.sparse:
+            raise ValueError("%s: a position embedding with padding_idx, max_norm, scale_grad_by_freq or sparse is not "
+                             "modelled" % where)
+        if self.width[0] != 0 or self.width[1] != m.embedding_dim:
+            raise ValueError("%s: its width %d is not the width it is added to" % (where, m.embedding_dim))
+        table = int(m.num_embeddings)
+
+        def inputs(positions, sequences, features):
+            if positions > table:
+                raise ValueError("%s: its table of %d rows is shorter than the %d positions per sample"
+                                 % (where, table, positions))
+
+        self.input_checks.append(inputs)
+        op = "position_embedding:%d" % table
+        self._visited.update([add, other] + [n for n in ancestry if n.op != "placeholder"])
+        self._parameters(other.target, m, op, ("weight",), prefix)
+        self.modules.append(other.target)
+        self.kinds.append(op)
+        return op
 
     def _outside(self, start, until, value):
         if until.op == "output":
@@ -384,6 +514,10 @@ class ModelLayers:
             convert = next((self._module_ops[c] for c in type(m).__mro__ if c in self._module_ops), None)
             if convert is None:
                 raise ValueError("%s is not a layer gradeq models (%s)" % (_where(node.target, m), MODELLED))
+            if isinstance(m, self._embedding_class) and value.op != "placeholder":
+                raise ValueError("%s reads '%s': an embedding reads the model's token ids, or is a position embedding "
+                                 "added to the token embedding (x + wpe(torch.arange(T)))" % (_where(node.target, m),
+                                                                                              value.name))
             op, expected = convert(self, node.target, m)
             inplace = getattr(m, "inplace", False)
         else:
@@ -399,7 +533,7 @@ class ModelLayers:
         self._visited.add(node)
         if op is None:
             return None
-        if m is not None:
+        if m is not None and expected is not None:  # None: a tied head, whose weight is the embedding's
             self._parameters(node.target, m, op, expected, prefix)
         self.modules.append(node.target if m is not None else node.name)
         self.kinds.append(op)
