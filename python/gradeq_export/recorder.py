@@ -298,7 +298,12 @@ class TorchRecorder:
                                      sorted(self._autocast)))
         self.closed = True
         read = dict(self.read)
-        read["input_features"] = self.input_features
+        if self.structure.vocabulary is not None:
+            read["vocabulary"] = self.structure.vocabulary
+            if self.structure.padding_token is not None:
+                read["padding_token"] = self.structure.padding_token
+        else:
+            read["input_features"] = self.input_features
         read["positions"] = self.positions
         read["loss"] = self.loss
         if len(self.clip_norms) > 1:
@@ -378,6 +383,8 @@ class TorchRecorder:
         if not isinstance(inputs, torch.Tensor) or not isinstance(targets, torch.Tensor):
             raise ValueError("%s: inputs and targets must be torch tensors" % what)
         x = inputs.detach().cpu()
+        if self.structure.vocabulary is not None:
+            return self._token_rows(x, targets.detach().cpu(), what)
         sequences = x.dim() == 3
         if x.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
             raise ValueError("%s: inputs of dtype %s (floating point expected)" % (what, x.dtype))
@@ -436,6 +443,41 @@ class TorchRecorder:
         self.loss = loss
         return xf.numpy(), y.numpy()
 
+    def _token_rows(self, ids, labels, what):
+        """A language model's batch: ids [samples, positions] (integers in
+        [0, vocabulary)), labels of the same shape as the loop has them,
+        unshifted (integers, -100 = padding). The loss is cross-entropy on
+        each position's label, or with scenario loss = "causal_lm" on the
+        next position's (the loop's loss shifts them)."""
+        torch = _torch()
+        vocabulary = self.structure.vocabulary
+        if ids.dtype not in (torch.int64, torch.int32) or ids.dim() != 2:
+            raise ValueError("%s: a language model's inputs are token ids, integers of shape [samples, positions]; "
+                             "got %s of shape %s" % (what, ids.dtype, tuple(ids.shape)))
+        if ids.numel() == 0:
+            raise ValueError("%s: inputs of shape %s hold no sample" % (what, tuple(ids.shape)))
+        bad = (ids < 0) | (ids >= vocabulary)
+        if bad.any():
+            raise ValueError("%s: token id %d is outside [0, %d)" % (what, int(ids[bad][0]), vocabulary))
+        positions = int(ids.shape[1])
+        if self.positions is not None and positions != self.positions:
+            raise ValueError("%s: %d positions per sample, earlier %d" % (what, positions, self.positions))
+        self.positions = positions
+        self.structure.check_inputs(positions, True, vocabulary)
+        self.input_features = vocabulary
+        if labels.dtype not in (torch.int64, torch.int32) or tuple(labels.shape) != tuple(ids.shape):
+            raise ValueError("%s: a language model's targets are its labels, integers of the ids' shape %s; got %s of "
+                             "shape %s" % (what, tuple(ids.shape), labels.dtype, tuple(labels.shape)))
+        y = labels.reshape(-1).to(torch.int64)
+        outputs = self.structure.output_width(vocabulary)
+        bad = (y != IGNORE_CLASS) & ((y < 0) | (y >= outputs))
+        if bad.any():
+            raise ValueError("%s: label %d is outside [0, %d) and is not the padding label -100"
+                             % (what, int(y[bad][0]), outputs))
+        loss = "causal_lm" if self.declared.get("loss") == "causal_lm" else "cross_entropy"
+        self.loss = loss
+        return ids.reshape(-1, 1).to(torch.float32).numpy(), y.numpy()
+
     def _sample_keys(self, x, y):
         p = self.positions
         return [x[s * p:(s + 1) * p].tobytes() + y[s * p:(s + 1) * p].tobytes() for s in range(x.shape[0] // p)]
@@ -492,7 +534,7 @@ class TorchRecorder:
                 fed.append(list(range(first, first + n)))
                 first += n
         self.fed_sizes.append(sizes)
-        if self.loss == "cross_entropy":
+        if self.loss in ("cross_entropy", "causal_lm"):
             self.writer.add_window(x, classes=y)
         else:
             self.writer.add_window(x, targets=y)

@@ -19,7 +19,7 @@ CONFIG_KEYS = {
     "weight_decay", "betas", "eps", "clip_max_norm", "warmup_steps", "total_steps", "loss_scale",
     "dynamic_loss_scale", "growth_interval", "compensated", "norm_eps", "batchnorm_momentum", "tf32",
     "reduced_precision_reduction", "checkpoint_every", "growth_factor", "backoff_factor", "batchnorm_mode", "frozen",
-    "accumulation"}
+    "accumulation", "vocabulary", "padding_token"}
 
 
 def _file(run, window, tensor):
