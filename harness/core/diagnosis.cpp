@@ -129,7 +129,7 @@ void diagnose_group(const Group& g, const std::vector<std::string>& without_grad
     out.push_back(g.run + " ≈ " + number(f, 4) + " × " + g.reference + " in " + which + " (every gradient; cosine ≥ " +
                   number(kFactorCosine) + "): " +
                   "a normalisation factor (the loss divided by N once too often or too rarely? a normaliser that "
-                  "counts padding or one micro-batch's items?)" +
+                  "counts padding, one micro-batch's items, or a causal LM's labels before the shift?)" +
                   (power_of_two ? " or, a power of two, a loss scale left in (the gradient taken before "
                                   "GradScaler.unscale_?)"
                                 : ""));
