@@ -38,6 +38,15 @@ rc::Gen<Split> any_split();
 // layernorm, groupnorm, rmsnorm), with an MSE or cross-entropy head, and
 // data to match.
 rc::Gen<ScenarioSpec> independent_scenario();
+// A causal language model as people fine-tune one, small: token ids over a
+// vocabulary of 2-60 (Zipf, a padding token half of the time), token and
+// (half of the time) position embeddings, 0-2 pre-LN residual MLP blocks
+// (0-1 under 16-bit compute),
+// a final LayerNorm, a head tied to the token embedding or not, the
+// shifted-label loss over padded sequences; float32, bfloat16 or float16
+// compute (float16 with a static loss scale), fused or staged
+// accumulation, any optimizer, clip and schedule.
+rc::Gen<ScenarioSpec> language_model_scenario();
 // Linear, one or two BatchNorms, an activation; BatchNorm gets >= 2 values
 // per channel in every micro-batch; half of them checkpoint activations.
 rc::Gen<ScenarioSpec> batchnorm_scenario();
