@@ -15,7 +15,7 @@ void OwnBackend::linear_backward_weight(const gradeq::Tensor& dy, const gradeq::
   download(dy, g);
   download(x, a);
   download(dw, w);
-  download(db, b);
+  if (!db.empty()) download(db, b);
   for (long o = 0; o < out; ++o) {
     for (long i = 0; i < in; ++i) {
       float sum = 0.0f;  // float32 accumulation, as the Backend contract says
@@ -26,6 +26,7 @@ void OwnBackend::linear_backward_weight(const gradeq::Tensor& dy, const gradeq::
       w[o * in + i] += sum;
 #endif
     }
+    if (db.empty()) continue;  // a layer without bias (a head tied to the token embedding)
     float sum = 0.0f;
     for (long r = 0; r < rows; ++r) sum += g[r * out + o];
 #ifdef OWN_BACKEND_OVERWRITES
@@ -35,7 +36,7 @@ void OwnBackend::linear_backward_weight(const gradeq::Tensor& dy, const gradeq::
 #endif
   }
   upload(dw, w);  // rounds to the buffer's dtype (bfloat16, float16 or float32)
-  upload(db, b);
+  if (!db.empty()) upload(db, b);
 }
 
 }  // namespace own
