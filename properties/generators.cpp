@@ -316,6 +316,9 @@ rc::Gen<ScenarioSpec> language_model_scenario() {
     s.split = *any_split();
     if (*rc::gen::arbitrary<bool>()) s.procedure = *procedure_config();
     s.procedure.staged = *rc::gen::arbitrary<bool>();
+    // As data collators pad: each micro-batch to its longest sample, to the
+    // window's longest, or every one to the positions.
+    s.procedure.padding = *rc::gen::element(ref::Padding::micro_batch, ref::Padding::window, ref::Padding::fixed);
     if (s.precision.compute == DType::f16) s.procedure.loss_scaling.scale = std::ldexp(1.0, *rc::gen::inRange(0, 8));
     s.seed = *seed();
     return s;

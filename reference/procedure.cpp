@@ -2,6 +2,7 @@
 // micro-batch observer.
 #include "reference/procedure.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <utility>
 
@@ -38,6 +39,48 @@ Batch Batch::slice(long first, long count) const {
   if (!classes.empty())
     b.classes.assign(classes.begin() + first * positions, classes.begin() + (first + count) * positions);
   return b;
+}
+
+long Batch::longest_real() const {
+  if (classes.empty()) return positions;
+  long longest = 0;
+  for (long r = 0; r < rows(); ++r)
+    if (classes[static_cast<std::size_t>(r)] != kIgnoreClass) longest = std::max(longest, r % positions + 1);
+  return std::max(longest, 1L);
+}
+
+Batch Batch::padded_to(long to) const {
+  if (to < longest_real() || to > positions) throw std::out_of_range("Batch::padded_to: would cut a real row");
+  if (to == positions) return *this;
+  Batch b;
+  b.positions = to;
+  const long n = samples();
+  b.inputs.resize(n * to, inputs.cols());
+  if (targets.size() > 0) b.targets.resize(n * to, targets.cols());
+  for (long s = 0; s < n; ++s)
+    for (long t = 0; t < to; ++t) {
+      const long from = s * positions + t, r = s * to + t;
+      b.inputs.row(r) = inputs.row(from);
+      if (targets.size() > 0) b.targets.row(r) = targets.row(from);
+      if (!classes.empty()) b.classes.push_back(classes[static_cast<std::size_t>(from)]);
+    }
+  return b;
+}
+
+Batch micro_batch_of(const Batch& window, long first, long count, const ProcedureConfig& config) {
+  Batch mb = window.slice(first, count);
+  switch (config.padding) {
+    case Padding::fixed: return mb;
+    case Padding::micro_batch: return mb.padded_to(mb.longest_real());
+    case Padding::window: return mb.padded_to(window.longest_real());
+  }
+  return mb;
+}
+
+ModelSpec at_positions(const ModelSpec& spec, long positions) {
+  ModelSpec s = spec;
+  s.positions = positions;
+  return s;
 }
 
 std::vector<double> micro_batch_scales(const ProcedureConfig& config, LossKind loss, const Batch& window,

@@ -38,6 +38,21 @@ struct Batch {
   long items(LossKind loss) const;
   // Samples [first, first + count).
   Batch slice(long first, long count) const;
+  // The longest sample's real length: its last non-ignored row + 1 (every
+  // row when there are no classes to ignore).
+  long longest_real() const;
+  // Each sample cut to its first `to` positions (to >= longest_real()):
+  // what a data collator hands over when it pads to a shorter length.
+  Batch padded_to(long to) const;
+};
+
+// How a window's samples are padded when they are cut into micro-batches
+// (a data collator's choice). The real tokens are the same in each; only
+// the number of padded rows per sample differs.
+enum class Padding {
+  fixed,        // every micro-batch to the model's positions per sample
+  micro_batch,  // each micro-batch to its own longest sample (DataCollatorWithPadding)
+  window,       // every micro-batch to the window's longest sample
 };
 
 enum class Normalization {
@@ -80,6 +95,7 @@ struct ProcedureConfig {
   // the accumulation buffer (a weight-gradient GEMM with beta = 1).
   bool staged = false;
   BatchNormMode batch_norm = BatchNormMode::per_micro_batch;
+  Padding padding = Padding::fixed;
   // Data parallelism over `ranks` processes (no_sync semantics): a window's
   // micro-batches are cut into `ranks` consecutive groups of equal count,
   // one per rank; each rank adds its group into its own buffer, and the
@@ -120,6 +136,16 @@ struct ProcedureConfig {
 };
 
 // 1 / normalizer for each micro-batch (the loss scale not included).
+// Micro-batch [first, first + count) of a window as the loop is handed it,
+// padded as config.padding says. The full batch is the micro-batch of all
+// the window's samples.
+Batch micro_batch_of(const Batch& window, long first, long count, const ProcedureConfig& config);
+
+// The model as it runs on a batch of `positions` rows per sample (the
+// padding can make that shorter than spec.positions): the same nodes and
+// parameters, with the position-dependent ops reading the batch's length.
+ModelSpec at_positions(const ModelSpec& spec, long positions);
+
 std::vector<double> micro_batch_scales(const ProcedureConfig& config, LossKind loss, const Batch& window,
                                        const std::vector<long>& micro_batch_samples);
 
@@ -346,7 +372,7 @@ WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfi
   std::vector<Batch> micro_batches;
   long first_sample = 0;
   for (long n : micro_batch_samples) {
-    micro_batches.push_back(window.slice(first_sample, n));
+    micro_batches.push_back(micro_batch_of(window, first_sample, n, config));
     first_sample += n;
   }
 
@@ -373,7 +399,12 @@ WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfi
       if (const MicroBatchObserver* observer = micro_batch_observer())
         (*observer)(MicroBatchProgress{slice == slices ? b + 1 : b, micro_batches.size(), slice, slices});
     };
-    detail::MicroBatchPass<T> pass = detail::micro_batch_pass(model, config, weights, micro_batches[b], scale,
+    const Batch& mb = micro_batches[b];
+    // Padded shorter than the model's positions, the micro-batch runs
+    // through the model at its own length.
+    const std::optional<Model> shorter =
+        mb.positions == spec.positions ? std::nullopt : std::optional<Model>(Model(at_positions(spec, mb.positions)));
+    detail::MicroBatchPass<T> pass = detail::micro_batch_pass(shorter ? *shorter : model, config, weights, mb, scale,
                                                               exact_bn ? nullptr : &buffers,
                                                               exact_bn ? &window_norms : nullptr, report);
     losses.push_back(pass.loss_sum * scale);

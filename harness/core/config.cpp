@@ -132,7 +132,7 @@ ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::
       "weight_decay", "betas", "eps", "clip_max_norm", "warmup_steps", "total_steps", "loss_scale",
       "dynamic_loss_scale", "growth_interval", "compensated", "norm_eps", "batchnorm_momentum", "tf32",
       "reduced_precision_reduction", "checkpoint_every", "growth_factor", "backoff_factor", "batchnorm_mode",
-      "frozen", "accumulation", "vocabulary", "padding_token"};
+      "frozen", "accumulation", "vocabulary", "padding_token", "padding"};
   for (const auto& [key, value] : t)
     if (!known.count(std::string(key.str()))) fail(where, "unknown key '" + std::string(key.str()) + "'");
   for (const char* required : {"name", "layers", "split"})
@@ -242,6 +242,11 @@ ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::
         text(*n, where, "batchnorm_mode"),
         {{"per_micro_batch", ref::BatchNormMode::per_micro_batch}, {"exact_window", ref::BatchNormMode::exact_window}},
         where, "batchnorm_mode");
+  if (const toml::node* n = t.get("padding"))
+    s.procedure.padding = choose<ref::Padding>(
+        text(*n, where, "padding"),
+        {{"fixed", ref::Padding::fixed}, {"micro_batch", ref::Padding::micro_batch}, {"window", ref::Padding::window}},
+        where, "padding");
   if (const toml::node* n = t.get("frozen")) {
     const toml::array* names = n->as_array();
     if (!names) fail(where, "frozen must be a list of parameter names, e.g. [\"layer0.weight\", \"layer0.bias\"]");
@@ -390,6 +395,10 @@ nlohmann::json scenario_to_json(const ScenarioSpec& s) {
   if (p.clip.enabled) j["clip_max_norm"] = p.clip.max_norm;
   if (s.checkpoint_every > 0) j["checkpoint_every"] = s.checkpoint_every;
   if (s.model.padding_token >= 0) j["padding_token"] = s.model.padding_token;
+  if (s.data == DataKind::padded_sequences)
+    j["padding"] = p.padding == ref::Padding::fixed         ? "fixed"
+                   : p.padding == ref::Padding::micro_batch ? "micro_batch"
+                                                            : "window";
   if (p.schedule.warmup_cosine) {
     j["warmup_steps"] = p.schedule.warmup_steps;
     j["total_steps"] = p.schedule.total_steps;

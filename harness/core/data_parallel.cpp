@@ -104,7 +104,7 @@ void DataParallelLoop::run_window(const ref::Batch& window, const std::vector<lo
   for (std::size_t b = 0; b < mine.size(); ++b) {
     if (b == sync) synchronize_gradients();
     micro_batch_index_ = b;
-    local_loss += micro_batch(window.slice(mine[b].first, mine[b].second), scales[b]);
+    local_loss += micro_batch(ref::micro_batch_of(window, mine[b].first, mine[b].second, procedure()), scales[b]);
   }
   if (sync >= mine.size()) synchronize_gradients();
   window_loss_ = comm_.all_reduce_sum(local_loss);

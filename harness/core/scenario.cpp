@@ -302,6 +302,15 @@ void validate(const ScenarioSpec& s) {
                  std::to_string(n * s.model.positions));
   if (s.data == DataKind::padded_sequences && s.model.loss == ref::LossKind::mse)
     refuse("data: padded_sequences needs the cross_entropy or causal_lm loss (padding is an ignore mask)");
+  if (s.procedure.padding != ref::Padding::fixed) {
+    if (s.data != DataKind::padded_sequences)
+      refuse("padding: only padded_sequences data has padding to cut (data is " + data_kind_name(s.data) + ")");
+    for (const ref::Node& node : model.nodes)
+      if (const std::optional<ref::NormShape> shape = node.op->norm_shape(model, node);
+          shape && shape->kind != ref::NormKind::layer && shape->kind != ref::NormKind::rms)
+        refuse("padding: a BatchNorm's or GroupNorm's statistics span a sample's positions, padded ones included; "
+               "only padding = \"fixed\" keeps them the same in a micro-batch and in the full batch");
+  }
 
   const ref::OptimizerSpec& o = s.procedure.optimizer;
   require_in("learning_rate", o.lr, 0.0, kMaxLearningRate, /*open_low=*/true);

@@ -158,7 +158,7 @@ Tensor TrainingLoop::gradient_buffer(std::size_t k, long rows, long width) const
 }
 
 LoopCall TrainingLoop::node_call(std::size_t n, long rows) const {
-  const ref::Model& model = *model_;
+  const ref::Model& model = shorter_ ? *shorter_ : *model_;
   const ref::Node& node = model.nodes[n];
   LoopCall c{backend_, model, node, rows};
   for (std::size_t v : node.inputs) c.x.push_back(activation(v, rows));
@@ -280,7 +280,7 @@ void TrainingLoop::run_window(const ref::Batch& window, const std::vector<long>&
   const std::vector<float> scales = loss_scales(window, ranges);
   for (std::size_t b = 0; b < ranges.size(); ++b) {
     micro_batch_index_ = b;
-    window_loss_ += micro_batch(window.slice(ranges[b].first, ranges[b].second), scales[b]);
+    window_loss_ += micro_batch(ref::micro_batch_of(window, ranges[b].first, ranges[b].second, procedure()), scales[b]);
   }
   finish_window();
 }
@@ -399,6 +399,12 @@ double TrainingLoop::forward_loss_backward(const ref::Batch& mb, float scale, co
   const ref::Model& model = *model_;
   const ref::ModelSpec& m = model.spec;
   const long rows = mb.rows();
+  // A micro-batch padded shorter than the model's positions runs through
+  // the model at its own length (ref::at_positions).
+  if (mb.positions == m.positions)
+    shorter_.reset();
+  else if (!shorter_ || shorter_->spec.positions != mb.positions)
+    shorter_.emplace(ref::at_positions(m, mb.positions));
   const std::size_t nodes = model.nodes.size(), output = model.values() - 1;
 
   backend_.upload(activation(0, rows), to_float(mb.inputs));

@@ -120,6 +120,7 @@ class TrainingLoop {
   std::vector<Tensor> compensation_;    // compensated mode: Kahan terms, accumulation dtype
   std::vector<Tensor> first_moment_, second_moment_;  // optimizer state, float32 (empty when unused)
   std::optional<ref::Model> model_;     // the scenario's, resolved
+  std::optional<ref::Model> shorter_;   // the model at a padded micro-batch's shorter length
   LoopPlan plan_;
   std::vector<Tensor> activations_;     // the plan's slots, max rows
   std::vector<Tensor> gradient_buffers_;  // the plan's, max rows x the widest value
