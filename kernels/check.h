@@ -82,6 +82,19 @@ inline void require_position_shapes(const Tensor& rows, const Tensor& table, lon
                                               ", the rows' " + std::to_string(rows.cols));
 }
 
+// chunked_head_cross_entropy: x [rows, D], w and dw [V, D], targets [rows,
+// 1], dx [rows, D], chunks of >= 1 rows and columns.
+inline void require_chunked_head(const Tensor& x, const Tensor& w, const Tensor& targets, long row_chunk,
+                                 long vocabulary_chunk, const Tensor& dx, const Tensor& dw) {
+  GRADEQ_REQUIRE(row_chunk > 0 && vocabulary_chunk > 0,
+                 "chunked_head_cross_entropy: chunks of " + std::to_string(row_chunk) + " rows and " +
+                     std::to_string(vocabulary_chunk) + " columns; each needs >= 1");
+  require_shape(w, w.rows, x.cols, "chunked_head_cross_entropy weight");
+  require_shape(targets, x.rows, 1, "chunked_head_cross_entropy targets");
+  require_shape(dx, x.rows, x.cols, "chunked_head_cross_entropy dx");
+  require_shape(dw, w.rows, w.cols, "chunked_head_cross_entropy dw");
+}
+
 // The preconditions of the list ops, checked alike by every backend: the
 // lists pair up, shapes agree, a compensation buffer has its buffer's dtype.
 inline void require_accumulate_lists(std::span<const Tensor> dst, std::span<const Tensor> src,

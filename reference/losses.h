@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -46,8 +47,38 @@ LossAndGrad<T> mse_loss(const Matrix<T>& pred, const Matrix<T>& target, const T&
 // Token-level softmax cross-entropy, summed over rows whose class is not
 // kIgnoreClass; ignored rows get dy = 0. The item count is the number of
 // rows that are not ignored. Numerically stable form: shift by the row max.
+// The softmax's denominator of row i, sum_j exp(z_j - row_max), as a
+// chunked head forms it: over chunks of `chunk` columns in order, with an
+// online log-sum-exp: each chunk's terms
+// taken against the running max m_k (the exact values' max so far, a
+// constant as row_max is) and summed, then added to the running sum
+// rescaled by exp(m_{k-1} - m_k). In exact arithmetic both are the same
+// sum; the online form adds, for each later chunk, the roundings of the
+// max's difference, its exp, the product and the add (NUMERICS §3, "The
+// chunked head"). A rescale by exp(0) = 1 is counted too: the kernel's
+// running max, of rounded logits, may move where the exact one does not.
 template <class T>
-LossAndGrad<T> cross_entropy_loss(const Matrix<T>& logits, const std::vector<int>& classes, const T& scale) {
+T online_denominator(const Matrix<T>& logits, long i, long chunk) {
+  const long d = logits.cols();
+  T s(0.0);
+  double m = -std::numeric_limits<double>::infinity();
+  for (long c0 = 0; c0 < d; c0 += chunk) {
+    const long nc = std::min(chunk, d - c0);
+    double chunk_max = m;
+    for (long j = c0; j < c0 + nc; ++j) chunk_max = std::max(chunk_max, value_of(logits(i, j)));
+    const T running_max(chunk_max);
+    const T part = reduce<T>(nc, [&](long k) { return exp(logits(i, c0 + k) - running_max); });
+    s = c0 == 0 ? part : s * exp(T(m) - running_max) + part;
+    m = chunk_max;
+  }
+  return s;
+}
+
+// 0 < `vocabulary_chunk` < the row's width: the denominator in chunks
+// (online_denominator); otherwise one reduction over the row.
+template <class T>
+LossAndGrad<T> cross_entropy_loss(const Matrix<T>& logits, const std::vector<int>& classes, const T& scale,
+                                  long vocabulary_chunk = 0) {
   const long d = logits.cols();
   LossAndGrad<T> out{T(0.0), zeros<T>(logits.rows(), d), {}};
   std::vector<T> row_loss(static_cast<std::size_t>(logits.rows()), T(0.0));
@@ -63,7 +94,9 @@ LossAndGrad<T> cross_entropy_loss(const Matrix<T>& logits, const std::vector<int
     const T row_max(max_value);
     std::vector<T> shifted_exp(static_cast<std::size_t>(d));
     for (long j = 0; j < d; ++j) shifted_exp[j] = exp(logits(i, j) - row_max);
-    const T denom = shared(reduce<T>(d, [&](long j) { return shifted_exp[j]; }));
+    const bool chunked = vocabulary_chunk > 0 && vocabulary_chunk < d;
+    const T denom = shared(chunked ? online_denominator(logits, i, vocabulary_chunk)
+                                   : reduce<T>(d, [&](long j) { return shifted_exp[j]; }));
     row_loss[i] = log(denom) - (logits(i, classes[i]) - row_max);
     // 0 <= p <= 1 a priori: the denominator holds the numerator. And the
     // denominator is at least 1, in the kernel too: it holds exp(0) = 1,

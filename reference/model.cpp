@@ -137,6 +137,11 @@ Model::Model(const ModelSpec& s) : spec(s) {
     throw std::invalid_argument("model: causal_lm scores each position against the next token: it needs token input "
                                 "(vocabulary) and an output of the vocabulary's width (" +
                                 std::to_string(s.input_features) + "), got " + std::to_string(output_width()));
+  if (s.head_chunk_rows < 0 || s.head_chunk_vocabulary < 0 || (s.head_chunk_rows > 0) != (s.head_chunk_vocabulary > 0))
+    throw std::invalid_argument("model: a chunked head has chunks of >= 1 rows and >= 1 vocabulary columns");
+  if (s.head_chunk_rows > 0 && (s.loss == LossKind::mse || !nodes.back().op->ties_token_embedding()))
+    throw std::invalid_argument("model: the chunked head is the tied head (tied_head) as the last layer, under "
+                                "cross_entropy or causal_lm: it computes the head and its loss together");
 }
 
 bool Model::couples_samples() const {
@@ -160,6 +165,8 @@ std::string describe(const ModelSpec& spec) {
   describe_layers(os, spec.layers);
   os << " -> " << loss_name(spec.loss);
   if (spec.positions > 1) os << ", " << spec.positions << " positions/sample";
+  if (spec.head_chunk_rows > 0)
+    os << ", head in chunks of " << spec.head_chunk_rows << " rows x " << spec.head_chunk_vocabulary << " columns";
   return os.str();
 }
 

@@ -38,6 +38,11 @@ struct ModelSpec {
   long positions = 1;  // rows per sample
   std::vector<LayerSpec> layers;
   LossKind loss = LossKind::mse;
+  // The tied head and its cross-entropy in chunks (a fused linear
+  // cross-entropy, its logits never held whole): blocks of head_chunk_rows
+  // rows by chunks of head_chunk_vocabulary columns, an online log-sum-exp
+  // over the chunks in order. 0: the head's logits whole, then the loss.
+  long head_chunk_rows = 0, head_chunk_vocabulary = 0;
   double norm_eps = 1e-5;      // PyTorch's default for Batch/Layer/GroupNorm
   double bn_momentum = 0.1;    // PyTorch's default
 };
@@ -73,13 +78,20 @@ struct Model {
 
   std::size_t values() const { return widths.size(); }
   long output_width() const { return widths.back(); }
-  // The columns value v is stored with: its width, but 1 for token ids.
-  long stored_width(std::size_t v) const { return v == 0 && spec.token_input ? 1 : widths[v]; }
+  // The head and its loss computed together in chunks (ModelSpec).
+  bool chunked_head() const { return spec.head_chunk_rows > 0; }
+  // The columns value v is stored with in the training loop: its width,
+  // but 1 for token ids, and none for a chunked head's logits.
+  long stored_width(std::size_t v) const {
+    if (v + 1 == widths.size() && chunked_head()) return 0;
+    return v == 0 && spec.token_input ? 1 : widths[v];
+  }
   // The widest value a gradient is kept for: every value's, but token ids
-  // have none.
+  // have none, nor a chunked head's logits.
   long widest_gradient() const {
     long w = 0;
-    for (std::size_t v = spec.token_input ? 1 : 0; v < widths.size(); ++v) w = std::max(w, widths[v]);
+    const std::size_t end = chunked_head() ? widths.size() - 1 : widths.size();
+    for (std::size_t v = spec.token_input ? 1 : 0; v < end; ++v) w = std::max(w, widths[v]);
     return w;
   }
   bool couples_samples() const;  // a BatchNorm somewhere

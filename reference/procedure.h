@@ -224,10 +224,11 @@ template <class T>
 LossAndGrad<T> loss_of(const ModelSpec& spec, const Matrix<T>& output, const Batch& batch, const T& scale) {
   switch (spec.loss) {
     case LossKind::mse: return mse_loss(output, lift<T>(batch.targets), scale);
-    case LossKind::cross_entropy: return cross_entropy_loss(output, batch.classes, scale);
+    case LossKind::cross_entropy: return cross_entropy_loss(output, batch.classes, scale, spec.head_chunk_vocabulary);
     case LossKind::causal_lm: break;
   }
-  return cross_entropy_loss(output, shifted_labels(batch.classes, batch.positions), scale);
+  return cross_entropy_loss(output, shifted_labels(batch.classes, batch.positions), scale,
+                            spec.head_chunk_vocabulary);
 }
 
 // Statistics and backward coupling of every BatchNorm layer over the whole

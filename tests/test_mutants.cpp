@@ -31,7 +31,7 @@ TEST(Mutants, OnePerSingleProcessBug) {
   // B2 and B12 need data-parallel ranks, B19 a GPU: not single-process host bugs.
   const std::set<std::string> expected = {"B1", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B11", "B13",
                                           "B14", "B15", "B16", "B17", "B18", "B24", "B25", "B27", "B28",
-                                          "B29", "B30", "B31", "B32", "B33", "B34"};
+                                          "B29", "B30", "B31", "B32", "B33", "B34", "B35"};
   EXPECT_EQ(ids, expected);
 }
 
@@ -47,7 +47,8 @@ TEST(Mutants, EachFailsTheScenarioThatExercisesIt) {
       {"B24", "mlp_mse_equal"},             {"B25", "vision_batchnorm_bf16_mb2"},
       {"B27", "preln_residual_mlp"},        {"B28", "lm_staged_bf16_n8"},
       {"B29", "lm_small"},                  {"B30", "lm_small"},               {"B31", "lm_embedding_frequent_token"},
-      {"B32", "lm_small"},                  {"B33", "lm_small"},               {"B34", "lm_small"}};
+      {"B32", "lm_small"},                  {"B33", "lm_small"},               {"B34", "lm_small"},
+      {"B35", "lm_chunked_head"}};
   const std::vector<ScenarioSpec> suite = default_scenarios();
   for (const Mutant& m : mutants()) {
     ASSERT_TRUE(scenario_for.count(m.id)) << m.id;
@@ -80,6 +81,14 @@ TEST(Mutants, LanguageModelBugsStandTenTimesAboveCorrectCode) {
     std::printf("%s on lm_small: accumulation err/bound %.3g (correct code %.3g)\n", id, r.accumulation.worst_ratio,
                 correct);
   }
+  // The chunked head's bug on the chunked-head LM.
+  const ScenarioSpec& chunked = *find_scenario(default_scenarios(), "lm_chunked_head");
+  const double chunked_correct = check_scenario(chunked, cpu, correct_loop(), ErrorModel{}).accumulation.worst_ratio;
+  ASSERT_GT(chunked_correct, 0.0);
+  std::unique_ptr<Backend> b35 = find_mutant("B35")->wrap_backend(cpu);
+  const double b35_ratio = check_scenario(chunked, *b35, correct_loop(), ErrorModel{}).accumulation.worst_ratio;
+  EXPECT_GE(b35_ratio, 10.0 * chunked_correct);
+  std::printf("B35 on lm_chunked_head: accumulation err/bound %.3g (correct code %.3g)\n", b35_ratio, chunked_correct);
 }
 
 const Mutant& mutant(const std::string& id) {

@@ -97,7 +97,9 @@ TEST(Padding, APositionKernelReadingTheConfiguredLengthIsRefusedWhenPadded) {
     // the window it is as if fixed.
     const bool cut = padding == ref::Padding::micro_batch ||
                      (padding == ref::Padding::window && materialize(s).windows[0].longest_real() < s.model.positions);
-    if (padding == ref::Padding::window) EXPECT_FALSE(cut);
+    if (padding == ref::Padding::window) {
+      EXPECT_FALSE(cut);
+    }
     if (!cut) {
       EXPECT_EQ(check_scenario(s, buggy, correct_loop(), ErrorModel{}).kernel.status, Status::pass);
       continue;

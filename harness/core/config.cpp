@@ -132,7 +132,7 @@ ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::
       "weight_decay", "betas", "eps", "clip_max_norm", "warmup_steps", "total_steps", "loss_scale",
       "dynamic_loss_scale", "growth_interval", "compensated", "norm_eps", "batchnorm_momentum", "tf32",
       "reduced_precision_reduction", "checkpoint_every", "growth_factor", "backoff_factor", "batchnorm_mode",
-      "frozen", "accumulation", "vocabulary", "padding_token", "padding"};
+      "frozen", "accumulation", "vocabulary", "padding_token", "padding", "head_chunk"};
   for (const auto& [key, value] : t)
     if (!known.count(std::string(key.str()))) fail(where, "unknown key '" + std::string(key.str()) + "'");
   for (const char* required : {"name", "layers", "split"})
@@ -158,6 +158,15 @@ ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::
     s.model.padding_token = v;
   }
   if (const toml::node* n = t.get("positions")) s.model.positions = positive_integer(*n, where, "positions");
+  if (const toml::node* n = t.get("head_chunk")) {
+    const toml::table* chunk = n->as_table();
+    const auto has = [&](const char* key) { return chunk && chunk->contains(key); };
+    if (!chunk || chunk->size() != 2 || !has("rows") || !has("vocabulary"))
+      fail(where, "head_chunk must be { rows = R, vocabulary = C }: the tied head and its loss in blocks of R rows "
+                  "by chunks of C vocabulary columns");
+    s.model.head_chunk_rows = positive_integer(*chunk->get("rows"), where, "head_chunk.rows");
+    s.model.head_chunk_vocabulary = positive_integer(*chunk->get("vocabulary"), where, "head_chunk.vocabulary");
+  }
   s.model.layers = layer_list(*t.get("layers"), where, "layers");
   if (const toml::node* n = t.get("loss"))
     s.model.loss = choose<ref::LossKind>(text(*n, where, "loss"),
@@ -395,6 +404,8 @@ nlohmann::json scenario_to_json(const ScenarioSpec& s) {
   if (p.clip.enabled) j["clip_max_norm"] = p.clip.max_norm;
   if (s.checkpoint_every > 0) j["checkpoint_every"] = s.checkpoint_every;
   if (s.model.padding_token >= 0) j["padding_token"] = s.model.padding_token;
+  if (s.model.head_chunk_rows > 0)
+    j["head_chunk"] = {{"rows", s.model.head_chunk_rows}, {"vocabulary", s.model.head_chunk_vocabulary}};
   if (s.data == DataKind::padded_sequences)
     j["padding"] = p.padding == ref::Padding::fixed         ? "fixed"
                    : p.padding == ref::Padding::micro_batch ? "micro_batch"

@@ -441,6 +441,50 @@ class LossOp : public TableOp {
   double loss_sum_ = 0.0;
 };
 
+// The tied head and its cross-entropy in chunks: rows x width into a
+// vocabulary of `out`, in about three blocks of rows and four chunks of
+// columns (odd tails). Its reference is the head's product, the loss with
+// the online denominator over the same chunks, and the head's backward.
+class ChunkedHeadOp : public TableOp {
+ public:
+  ChunkedHeadOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed) : TableOp(b, t, seed) {
+    x_ = input(random(s.rows, s.in, 2.0), t);
+    w_ = input(random(s.out, s.in, 2.0), t);
+    std::uniform_int_distribution<long> pick(0, s.out - 1);
+    Matrix<double> classes(s.rows, 1);
+    for (long r = 0; r < s.rows; ++r) {
+      classes_.push_back(r % 3 == 2 ? ref::kIgnoreClass : static_cast<int>(pick(rng_)));
+      classes(r, 0) = classes_.back();
+    }
+    targets_ = input(classes, DType::f32);
+    dx_ = output(s.rows, s.in, t, false);
+    dw_ = output(s.out, s.in, DType::f32, true);
+    row_chunk_ = std::max(1L, (s.rows + 2) / 3);
+    vocabulary_chunk_ = std::max(1L, (s.out + 3) / 4);
+    flops = 6.0 * s.rows * s.in * s.out;
+    bytes = bytes_of(t) * (2.0 * s.rows * s.in + s.out * s.in) + 8.0 * s.out * s.in;
+  }
+  void run() override {
+    loss_sum_ = backend_.chunked_head_cross_entropy(x_, w_, targets_, 0.25f, row_chunk_, vocabulary_chunk_, dx_, dw_);
+  }
+  std::vector<Expectation> expected() override {
+    const Matrix<Bounded> x = held(x_), w = held(w_);
+    const Matrix<Bounded> logits = stored(ref::gemm(x, ref::transposed(w)), ref::Storage::compute);
+    const auto l = ref::cross_entropy_loss(logits, classes_, Bounded(0.25), vocabulary_chunk_);
+    const Matrix<Bounded> dz = stored(l.dy, ref::Storage::compute);
+    return {{"dx", stored(ref::linear_backward_data(w, dz), ref::Storage::compute), &dx_},
+            {"dw += dz^T x",
+             stored(Matrix<Bounded>(initial(dw_) + ref::gemm(ref::transposed(dz), x)), ref::Storage::accumulate), &dw_},
+            {"loss sum", l.loss_sum, loss_sum_}};
+  }
+
+ private:
+  std::vector<int> classes_;
+  Tensor x_, w_, targets_, dx_, dw_;
+  long row_chunk_ = 1, vocabulary_chunk_ = 1;
+  double loss_sum_ = 0.0;
+};
+
 // --------------------------------------------------------------- list ops
 
 enum class ListKind { zero, scale, accumulate, accumulate_kahan, global_norm };
@@ -631,6 +675,9 @@ const std::vector<OpSpec>& op_table() {
   // samples, positions, width: a position's sum of 300 terms.
   const std::vector<OpSize> positions = {{4, 3, 5}, {1, 1, 1}, {300, 2, 3}, {3, 17, 33}};
   const std::vector<OpSize> step = {{3, 4}, {1, 1}, {7, 13}};
+  // rows, width, vocabulary: tails in both chunkings; 257 columns in chunks
+  // of 65; one row over two chunks of one column.
+  const std::vector<OpSize> head = {{9, 5, 13}, {1, 1, 2}, {33, 8, 97}, {65, 17, 257}};
   static const std::vector<OpSpec> table = {
       {"linear_forward", "y = x w^T + b", gemm, make<LinearForward>()},
       {"linear_backward_data", "dx = dy w", gemm, make<LinearBackwardData>()},
@@ -658,6 +705,9 @@ const std::vector<OpSpec>& op_table() {
       {"mse_loss", "MSE: loss sum and scaled dy", loss, make<LossOp>(LossKind::mse)},
       {"cross_entropy_loss", "token cross-entropy with an ignore mask: loss sum and scaled dy", loss,
        make<LossOp>(LossKind::cross_entropy)},
+      {"chunked_head_cross_entropy",
+       "the tied head and its cross-entropy over row blocks and vocabulary chunks (online log-sum-exp)", head,
+       make<ChunkedHeadOp>()},
       {"zero", "zero every tensor of a list", list, make<ListOpCheck>(ListKind::zero)},
       {"scale", "scale every tensor of a list", list, make<ListOpCheck>(ListKind::scale)},
       {"accumulate", "dst += src over a list", list, make<ListOpCheck>(ListKind::accumulate)},

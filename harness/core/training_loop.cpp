@@ -407,8 +407,12 @@ double TrainingLoop::forward_loss_backward(const ref::Batch& mb, float scale, co
     shorter_.emplace(ref::at_positions(m, mb.positions));
   const std::size_t nodes = model.nodes.size(), output = model.values() - 1;
 
+  // A chunked head runs with the loss (ModelSpec::head_chunk_rows): its
+  // logits are never formed whole, nor their gradient.
+  const bool chunked = model.chunked_head();
+  const std::size_t head = nodes - 1;
   backend_.upload(activation(0, rows), to_float(mb.inputs));
-  for (std::size_t n = 0; n < nodes; ++n) forward_node(n, rows, true);
+  for (std::size_t n = 0; n < (chunked ? head : nodes); ++n) forward_node(n, rows, true);
 
   const Tensor targets = Tensor{targets_.data, rows, targets_.cols, targets_.dtype};
   if (m.loss == ref::LossKind::mse) {
@@ -421,10 +425,23 @@ double TrainingLoop::forward_loss_backward(const ref::Batch& mb, float scale, co
     std::vector<float> classes(scored.begin(), scored.end());
     backend_.upload(targets, classes);
   }
-  const Tensor dy_out = gradient_buffer(plan_.output_gradient, rows, model.widths[output]);
-  backend_.fill(dy_out, kPoison);
-  const ref::LossKind kernel_loss = m.loss == ref::LossKind::causal_lm ? ref::LossKind::cross_entropy : m.loss;
-  const double loss_sum = backend_.loss_forward_backward(kernel_loss, activation(output, rows), targets, scale, dy_out);
+  double loss_sum = 0.0;
+  if (chunked) {
+    const ref::Node& node = model.nodes[head];
+    const LoopPlan::Step& step = plan_.steps[head];
+    const std::size_t v = node.inputs[0];
+    const Tensor dx = gradient_buffer(step.dx[0], rows, model.widths[v]);
+    backend_.fill(dx, kPoison);
+    loss_sum = backend_.chunked_head_cross_entropy(activation(v, rows), compute_params_[node.first_parameter], targets,
+                                                   scale, m.head_chunk_rows, m.head_chunk_vocabulary, dx,
+                                                   grad_targets[node.first_parameter]);
+    if (step.sum[0] != step.dx[0]) add_input_gradient(gradient_buffer(step.sum[0], rows, dx.cols), dx);
+  } else {
+    const Tensor dy_out = gradient_buffer(plan_.output_gradient, rows, model.widths[output]);
+    backend_.fill(dy_out, kPoison);
+    const ref::LossKind kernel_loss = m.loss == ref::LossKind::causal_lm ? ref::LossKind::cross_entropy : m.loss;
+    loss_sum = backend_.loss_forward_backward(kernel_loss, activation(output, rows), targets, scale, dy_out);
+  }
 
   // Group by group from the last: with checkpointing, first recompute the
   // group's forward from its kept input (its values were overwritten by
@@ -435,6 +452,7 @@ double TrainingLoop::forward_loss_backward(const ref::Batch& mb, float scale, co
     if (checkpointed)
       for (std::size_t n = start; n + 1 < end; ++n) forward_node(n, rows, false);
     for (std::size_t n = end; n-- > start;) {
+      if (chunked && n == head) continue;  // done with the loss
       const LoopPlan::Step& step = plan_.steps[n];
       LoopCall c = node_call(n, rows);
       c.dy = gradient_buffer(step.dy, rows, model.widths[c.node.output()]);

@@ -184,6 +184,50 @@ class EmbeddingBfloat16Rows : public ForwardingBackend {
   }
 };
 
+// B35 — a chunked head's weight gradient assigned, not added, over its
+// blocks of rows: each block's dz^T x overwrites the chunk's sum, so the
+// buffer gets the last block's alone. Fused linear cross-entropy kernels
+// accumulate the weight gradient over their row chunks (Liger-Kernel's);
+// assigning where one accumulates is the class of TransformerEngine 3437.
+// Modelled with the correct kernel: dx and the loss from all the rows, the
+// weight gradient from the last block.
+class ChunkedHeadOverwritesAcrossChunks : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  double chunked_head_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& targets, float scale,
+                                    long row_chunk, long vocabulary_chunk, const Tensor& dx,
+                                    const Tensor& dw) override {
+    Tensor discarded = inner_.allocate(dw.rows, dw.cols, DType::f32);
+    const Tensor zeroed[] = {discarded};
+    inner_.zero(zeroed);
+    const double loss =
+        inner_.chunked_head_cross_entropy(x, w, targets, scale, row_chunk, vocabulary_chunk, dx, discarded);
+    inner_.release(discarded);
+    if (row_chunk <= 0 || x.rows <= row_chunk) {  // one block: nothing to overwrite
+      const double again = inner_.chunked_head_cross_entropy(x, w, targets, scale, row_chunk, vocabulary_chunk,
+                                                             dx, dw);
+      return (void)again, loss;
+    }
+    const long first = (x.rows - 1) / row_chunk * row_chunk, n = x.rows - first;
+    Tensor last_x = last_rows(x, first, n), last_targets = last_rows(targets, first, n);
+    Tensor last_dx = inner_.allocate(n, dx.cols, dx.dtype);
+    (void)inner_.chunked_head_cross_entropy(last_x, w, last_targets, scale, row_chunk, vocabulary_chunk, last_dx, dw);
+    for (Tensor* t : {&last_x, &last_targets, &last_dx}) inner_.release(*t);
+    return loss;
+  }
+
+ private:
+  // Rows [first, first + n) of t, copied into a tensor of their own.
+  Tensor last_rows(const Tensor& t, long first, long n) {
+    std::vector<float> all(static_cast<std::size_t>(t.size()));
+    inner_.download(t, all);
+    Tensor out = inner_.allocate(n, t.cols, t.dtype);
+    inner_.upload(out, std::span<const float>(all).subspan(static_cast<std::size_t>(first * t.cols),
+                                                             static_cast<std::size_t>(n * t.cols)));
+    return out;
+  }
+};
+
 std::vector<BackendMutant> single_process_backend_mutants() {
   return {
       {{"B7", "overwrite instead of accumulate: dbias = instead of +=", "llm.c PR 163, PR 408; ggml PR 949"},
@@ -202,6 +246,9 @@ std::vector<BackendMutant> single_process_backend_mutants() {
       {{"B31", "the embedding gradient read-modify-written in bfloat16, row by row",
         "tt-metal PR 53386; MXNet 17703"},
        backend_of<EmbeddingBfloat16Rows>()},
+      {{"B35", "a chunked head's weight gradient assigned over its row blocks: the last block's alone survives",
+        "issue 38 (fused linear cross-entropy accumulates over row chunks); the class of TransformerEngine 3437"},
+       backend_of<ChunkedHeadOverwritesAcrossChunks>()},
   };
 }
 
