@@ -310,8 +310,14 @@ rc::Gen<ScenarioSpec> language_model_scenario() {
           "residual", {layer_of("layernorm"), layer_of("linear", *awkward_width()),
                        layer_of(*rc::gen::element("gelu", "gelu_erf", "relu")), layer_of("linear", width)}));
     s.model.layers.push_back(layer_of("layernorm"));
-    s.model.layers.push_back(*rc::gen::arbitrary<bool>() ? layer_of("tied_head")
-                                                         : layer_of("linear", s.model.input_features));
+    const bool tied = *rc::gen::arbitrary<bool>();
+    s.model.layers.push_back(tied ? layer_of("tied_head") : layer_of("linear", s.model.input_features));
+    // Half of the tied heads run with their loss in chunks: blocks of 1-20
+    // rows by chunks of 1 column to the whole vocabulary.
+    if (tied && *rc::gen::arbitrary<bool>()) {
+      s.model.head_chunk_rows = *rc::gen::inRange<long>(1, 21);
+      s.model.head_chunk_vocabulary = *rc::gen::inRange<long>(1, s.model.input_features + 1);
+    }
     s.data = DataKind::padded_sequences;
     s.split = *any_split();
     if (*rc::gen::arbitrary<bool>()) s.procedure = *procedure_config();

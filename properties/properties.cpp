@@ -286,7 +286,7 @@ const std::vector<Property>& default_properties() {
       {"NormalizedMixedPrecision", "every normalizer under bfloat16/float16/float32 compute, pre- and post-norm, both "
        "losses: kernel and (except BatchNorm) accumulation within the bound, decidable", normalized_scenario(),
        trajectory_equivalence, true, 0.8},
-      {"LanguageModelEquivalence", "causal language models (embeddings, tied head, shifted labels, padding) in "
+      {"LanguageModelEquivalence", "causal language models (embeddings, tied head, chunked head, shifted labels, padding) in "
        "float32, bfloat16 and float16 compute: kernel and accumulation within the bound", language_model_scenario(),
        trajectory_equivalence, true, 1.0},
       {"LongAccumulation", "64 to 300 micro-batches into a float32 buffer: within the bound",

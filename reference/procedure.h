@@ -96,6 +96,13 @@ struct ProcedureConfig {
   bool staged = false;
   BatchNormMode batch_norm = BatchNormMode::per_micro_batch;
   Padding padding = Padding::fixed;
+  // A parameter with several uses (a tied weight), under fused
+  // accumulation: each use's gradient added into the buffer as its kernel
+  // makes it (false: the training loop, beta = 1 at each use), or the uses'
+  // gradients summed in float32 first and added once (true: autograd,
+  // which sums a leaf's incoming gradients before AccumulateGrad adds them
+  // into .grad; gradeq verify's runs).
+  bool sum_uses_first = false;
   // Data parallelism over `ranks` processes (no_sync semantics): a window's
   // micro-batches are cut into `ranks` consecutive groups of equal count,
   // one per rank; each rank adds its group into its own buffer, and the
@@ -411,13 +418,15 @@ WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfi
     losses.push_back(pass.loss_sum * scale);
     for (std::size_t p = 0; p < params.size(); ++p) {
       const Tensors<T>& parts = pass.grads[p];
-      if (!config.staged && !config.compensated) {
+      if (!config.staged && !config.compensated && !(config.sum_uses_first && parts.size() > 1)) {
         for (const Matrix<T>& part : parts) buffer[p].add(part);  // each use's kernel adds into the buffer
         continue;
       }
       // The micro-batch's gradient lands in a zeroed staging buffer (of the
       // compute dtype, or float32 under compensation) first, each later use
       // adding into it with one rounding; then it is added to the buffer.
+      // (Autograd's sum of the uses is float32, as the staging of the
+      // compensated buffer is.)
       const Storage staging = config.staged ? Storage::compute : Storage::master;
       Matrix<T> staged = config.staged ? stored(parts[0], staging) : parts[0];
       for (std::size_t i = 1; i < parts.size(); ++i) staged = stored(Matrix<T>(staged + parts[i]), staging);

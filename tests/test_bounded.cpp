@@ -1,6 +1,7 @@
 // The Bounded scalar's bounds hold: random expressions evaluated in float32
 // stay within the propagated kernel bound of the exact (float64) value, and
 // exact float32 arithmetic is recognised as exact.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -111,6 +112,46 @@ TEST(Bounded, ReductionBoundHoldsForEveryOrder) {
     for (auto it = x.rbegin(); it != x.rend(); ++it) backward += static_cast<float>(*it);
     EXPECT_LE(std::abs(forward - s.value), s.kernel_bound);
     EXPECT_LE(std::abs(backward - s.value), s.kernel_bound);
+  }
+}
+
+// The chunked head's softmax denominator (losses.h, online_denominator):
+// float32 as the host kernel forms it (each chunk's terms against the
+// running max, summed, then added to the running sum rescaled by exp(m_old
+// - m)), with the logits ascending so that the max moves at every chunk
+// and every rescale happens, lies within the rule's bound, in the
+// deterministic and the probabilistic form. (The rule may be smaller than
+// one reduction's over the whole row: that one holds for any order, and
+// the online form's order across the chunks is fixed.)
+TEST(Bounded, OnlineDenominatorCoversEveryRescaling) {
+  for (ReductionBound form : {ReductionBound::deterministic, ReductionBound::probabilistic}) {
+  const ScopedRoundingModel scope(gradeq::rounding_model_for({DType::f32, DType::f32}, gradeq::ErrorModel{form, 6.0}));
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> normal(0.0, 3.0);
+  for (int trial = 0; trial < 50; ++trial) {
+    const long d = 97;
+    std::vector<double> z(static_cast<std::size_t>(d));
+    for (double& v : z) v = static_cast<float>(normal(rng));
+    if (trial % 2 == 0) std::sort(z.begin(), z.end());  // ascending: a new max in every chunk
+    Matrix<Bounded> logits(1, d);
+    for (long j = 0; j < d; ++j) logits(0, j) = Bounded(z[static_cast<std::size_t>(j)]);
+    const double row_max = *std::max_element(z.begin(), z.end());
+    const Bounded whole = reduce<Bounded>(d, [&](long j) { return exp(logits(0, j) - Bounded(row_max)); });
+    for (long chunk : {1L, 5L, 32L, 96L}) {
+      const Bounded online = online_denominator(logits, 0, chunk);
+      float m = -INFINITY, s = 0.0f;
+      for (long c0 = 0; c0 < d; c0 += chunk) {
+        const long nc = std::min(chunk, d - c0);
+        float next = m, part = 0.0f;
+        for (long j = c0; j < c0 + nc; ++j) next = std::max(next, static_cast<float>(z[static_cast<std::size_t>(j)]));
+        for (long j = c0; j < c0 + nc; ++j) part += std::exp(static_cast<float>(z[static_cast<std::size_t>(j)]) - next);
+        s = c0 == 0 ? part : s * std::exp(m - next) + part;
+        m = next;
+      }
+      EXPECT_NEAR(online.value, whole.value, 1e-12 * whole.value) << chunk;
+      EXPECT_LE(std::abs(static_cast<double>(s) - online.value), online.kernel_bound) << chunk;
+    }
+  }
   }
 }
 

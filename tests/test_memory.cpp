@@ -42,16 +42,27 @@ TEST(Memory, MeasuredCategoriesAreThePredictionOnEveryDefaultScenario) {
         if (c == MemoryCategory::scratch) continue;
         EXPECT_EQ(measured[c], predicted[c]) << s.name << ", checkpoint every " << k << ": " << memory_category_name(c);
       }
-      // The host backend's scratch: the float32 product of the largest
-      // weight gradient and its column sums (a linear layer's, or a tied
-      // head's: the token embedding's weight).
+      // The host backend's scratch, the largest of: the float32 product of
+      // a weight gradient and its column sums (a linear layer's, or a tied
+      // head's: the token embedding's weight); a token embedding's
+      // per-token sums [V, D]; a chunked head's tiles, dx's sums, a chunk's
+      // dw sum and three values per row (at the largest micro-batch's
+      // rows, which padding per micro-batch may shorten).
       double largest = 0.0;
       const ref::Model graph(s.model);
+      const long rows = largest_micro_batch(s.split) * s.model.positions;
       for (const ref::Node& node : graph.nodes) {
         if (node.parameters == 0) continue;
         const ref::ParameterInfo& w = graph.parameters[static_cast<std::size_t>(node.first_parameter)];
-        if (w.init == ref::Init::fan_in || node.op->ties_token_embedding())
+        if (node.op->reads_token_ids()) largest = std::max(largest, 4.0 * static_cast<double>(w.rows * w.cols));
+        if (node.op->ties_token_embedding() && graph.chunked_head()) {
+          const long block = std::min(s.model.head_chunk_rows, rows);
+          const long chunk = std::min(s.model.head_chunk_vocabulary, w.rows);
+          largest = std::max(
+              largest, 4.0 * static_cast<double>(2 * block * chunk + rows * w.cols + chunk * w.cols + 3 * rows));
+        } else if (w.init == ref::Init::fan_in || node.op->ties_token_embedding()) {
           largest = std::max(largest, 4.0 * static_cast<double>(w.rows * (w.cols + 1)));
+        }
       }
       EXPECT_EQ(measured[MemoryCategory::scratch], largest) << s.name;
       EXPECT_EQ(measured.peak, measured.total()) << s.name;

@@ -75,6 +75,26 @@ TEST(WindowSet, VerifyOfEveryDefaultScenarioDumpPasses) {
   }
 }
 
+// "tied_gradient": "summed_first" models autograd's order for the tied
+// head's weight (the uses summed, then one add): the bound changes, the
+// loop's own run still passes under it, and the same dump read without
+// the key gives check's verdicts again.
+TEST(WindowSet, TiedGradientDeclaresHowTheUsesAreAdded) {
+  const fs::path dir = fresh_dir("tied");
+  const ScenarioResult checked = dump("lm_small", dir);
+  nlohmann::json m = manifest(dir);
+  m["tied_gradient"] = "summed_first";
+  write_manifest(dir, m);
+  const WindowSet summed = read_window_set(dir);
+  EXPECT_TRUE(summed.scenario.spec.procedure.sum_uses_first);
+  const ScenarioResult verified = verify_window_set(summed, ErrorModel{});
+  EXPECT_TRUE(verified.passed()) << verified.first_failure();
+  EXPECT_NE(verified.math.worst_ratio, checked.math.worst_ratio);
+  m["tied_gradient"] = "added_per_use";
+  write_manifest(dir, m);
+  EXPECT_EQ(verify_window_set(read_window_set(dir), ErrorModel{}).math.worst_ratio, checked.math.worst_ratio);
+}
+
 TEST(WindowSet, APerturbedGradientFailsWithItsParameterWindowAndElement) {
   const fs::path dir = fresh_dir("perturbed");
   dump("mlp_adamw_clip_warmup", dir);
@@ -172,6 +192,8 @@ TEST(WindowSet, BadInputIsRefusedWithTheFileNamed) {
       {"unknown schema version", [](const fs::path&, nlohmann::json& m) { m["schema_version"] = 99; }, "schema_version 99"},
       {"wrong format", [](const fs::path&, nlohmann::json& m) { m["format"] = "something"; }, "format"},
       {"unknown manifest key", [](const fs::path&, nlohmann::json& m) { m["extra"] = 1; }, "unknown key 'extra'"},
+      {"tied_gradient neither way",
+       [](const fs::path&, nlohmann::json& m) { m["tied_gradient"] = "sometimes"; }, "tied_gradient is \"summed_first\""},
       {"missing file",
        [&](const fs::path& d, nlohmann::json& m) { fs::remove(d / k_acc_file(m, "grad/layer0.weight")); }, "is missing"},
       {"extra file", [](const fs::path& d, nlohmann::json&) { fs::copy_file(d / "window0_inputs.npy", d / "stray.npy"); },

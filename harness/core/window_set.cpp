@@ -303,7 +303,8 @@ nlohmann::json read_manifest(const std::filesystem::path& dir) {
                              "gradeq's python/gradeq_export)");
   for (const auto& [key, value] : m.items()) {
     static const std::set<std::string> known = {"format", "schema_version", "run_seed", "scenario", "model",
-                                                "parameters", "buffers", "windows", "initial", "runs", "bounds"};
+                                                "parameters", "buffers", "windows", "initial", "runs", "bounds",
+                                                "tied_gradient"};
     if (!known.count(key)) bad("manifest.json", "unknown key '" + key + "'");
   }
   for (const char* key : {"scenario", "windows", "initial", "runs"})
@@ -324,6 +325,19 @@ ScenarioSpec read_scenario(const nlohmann::json& scenario) {
   }
   spec.data = DataKind::files;
   return spec;
+}
+
+// "tied_gradient": how the run adds a weight's gradient where it has two
+// uses (a tied head): "added_per_use" (each use's kernel adds into the
+// buffer: gradeq's own loop, the default) or "summed_first" (autograd sums
+// the uses, then one add into .grad: what python/gradeq_export writes).
+bool uses_summed_first(const nlohmann::json& m) {
+  if (!m.contains("tied_gradient")) return false;
+  const nlohmann::json& v = m.at("tied_gradient");
+  if (v == "summed_first") return true;
+  if (v == "added_per_use") return false;
+  bad("manifest.json", "tied_gradient is \"summed_first\" (autograd: the uses' gradients summed, then added into "
+                       ".grad) or \"added_per_use\" (each use adds into the buffer), not " + v.dump());
 }
 
 // "model", "parameters", "buffers": derived from the scenario for readers,
@@ -630,6 +644,7 @@ WindowSet read_sections(const std::filesystem::path& dir) {
   WindowSet set;
   Scenario& s = set.scenario;
   s.spec = read_scenario(m.at("scenario"));
+  s.spec.procedure.sum_uses_first = uses_summed_first(m);
   s.schema = run_schema(s.spec);
   check_model(m, s);
   Reader reader(dir);

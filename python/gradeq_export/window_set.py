@@ -174,8 +174,10 @@ class WindowSetWriter:
         initial = {"parameters": self.initial}
         if self.initial_state:
             initial["state"] = self.initial_state
+        # Autograd sums a tied weight's two uses before AccumulateGrad adds
+        # them into .grad: one add per micro-batch, not one per use.
         manifest = {"format": FORMAT, "schema_version": SCHEMA_VERSION, "scenario": self.scenario,
-                    "windows": self.windows, "initial": initial, "runs": runs}
+                    "windows": self.windows, "initial": initial, "runs": runs, "tied_gradient": "summed_first"}
         if self.parameters:
             manifest["parameters"] = self.parameters
         with open(os.path.join(self.directory, "manifest.json"), "w") as f:
