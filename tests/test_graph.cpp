@@ -226,6 +226,32 @@ TEST(ConfigTokens, ALanguageModelTiesItsHeadAndShiftsItsLabels) {
             std::string::npos);
 }
 
+// The chunked head is the tied head, last, under a cross-entropy loss, with
+// both chunk sizes; the plan then holds neither its logits nor their
+// gradient.
+TEST(ConfigTokens, TheChunkedHeadIsTheTiedHeadWithItsLoss) {
+  const std::string lm = "vocabulary = 11\npositions = 4\nloss = \"causal_lm\"";
+  const std::string tied = R"(["embedding:8", "layernorm", "tied_head"])";
+  EXPECT_EQ(lm_rejection(lm + "\nhead_chunk = { rows = 3, vocabulary = 4 }", tied), "accepted");
+  EXPECT_NE(lm_rejection(lm + "\nhead_chunk = { rows = 3, vocabulary = 4 }", R"(["embedding:8", "linear:11"])")
+                .find("the chunked head is the tied head"),
+            std::string::npos);
+  EXPECT_NE(lm_rejection(lm + "\nhead_chunk = { rows = 3 }", tied).find("head_chunk must be { rows = R, vocabulary = C }"),
+            std::string::npos);
+  EXPECT_NE(lm_rejection(lm + "\nhead_chunk = { rows = 0, vocabulary = 4 }", tied).find("head_chunk.rows"),
+            std::string::npos);
+  const ScenarioSpec s = parse_scenarios("[[scenario]]\nname = \"t\"\n" + lm +
+                                             "\nhead_chunk = { rows = 3, vocabulary = 4 }\nsplit = [[2, 2]]\nlayers = " +
+                                             tied + "\n",
+                                         "lm.toml")
+                             .front();
+  const ref::Model m(s.model);
+  EXPECT_TRUE(m.chunked_head());
+  EXPECT_EQ(m.stored_width(m.values() - 1), 0);
+  EXPECT_EQ(m.widest_gradient(), 8);
+  EXPECT_EQ(scenario_to_json(s).at("head_chunk").dump(), R"({"rows":3,"vocabulary":4})");
+}
+
 // Position t is scored against label t + 1 of its own sample; the last
 // position and padding count for nothing, and the normaliser counts what
 // is left: one fewer per sequence than the unshifted labels.
