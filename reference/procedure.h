@@ -388,6 +388,9 @@ WindowGradients<T> accumulate_window(const ModelSpec& spec, const ProcedureConfi
   const Model model(spec);
   WindowNorms<T> window_norms;
   const bool exact_bn = config.batch_norm == BatchNormMode::exact_window && model.couples_samples();
+  if (model.couples_samples() && config.padding != Padding::fixed)
+    throw std::invalid_argument("BatchNorm's statistics span a micro-batch's padded rows: only fixed padding keeps "
+                                "them those of the full batch");
   if (exact_bn) out.forward_passes += detail::exact_window_norms(model, weights, micro_batches, scales, window_norms);
 
   std::vector<T> losses;

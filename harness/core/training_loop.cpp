@@ -74,6 +74,7 @@ void TrainingLoop::allocate(const Scenario& s, long max_rows) {
   first_moment_.assign(state.first ? n : 0, Tensor{});
   second_moment_.assign(state.second ? n : 0, Tensor{});
   const ref::Model& model = model_.emplace(m);
+  shorter_.reset();  // a shorter model of an earlier scenario's is not this one's
   saved_mean_.assign(model.nodes.size(), {});
   saved_rstd_.assign(model.nodes.size(), {});
   const std::vector<ref::ParameterInfo>& buffer_layout = s.schema.buffers;

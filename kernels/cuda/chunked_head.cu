@@ -4,7 +4,9 @@
 // log-sum-exp per row, one block per row; then dz tile by tile, dx's
 // float32 sums over the chunks (GEMM, beta = 1) and each chunk's dw summed
 // in float32 over the row blocks (GEMM, beta = 1) before one add into dw.
-// Every reduction has a fixed order: deterministic in both modes.
+// The row kernels' reductions have a fixed order; the GEMMs are cuBLAS's,
+// deterministic in the backend's deterministic mode (atomics not allowed),
+// where pass 2's tile of logits is pass 1's bit for bit.
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_backend.h"
 
