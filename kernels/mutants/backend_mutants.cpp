@@ -186,11 +186,14 @@ class EmbeddingBfloat16Rows : public ForwardingBackend {
 
 // B35 — a chunked head's weight gradient assigned, not added, over its
 // blocks of rows: each block's dz^T x overwrites the chunk's sum, so the
-// buffer gets the last block's alone. Fused linear cross-entropy kernels
-// accumulate the weight gradient over their row chunks (Liger-Kernel's);
-// assigning where one accumulates is the class of TransformerEngine 3437.
-// Modelled with the correct kernel: dx and the loss from all the rows, the
-// weight gradient from the last block.
+// buffer gets the last block's alone. The accumulation over row chunks is
+// where fused linear cross-entropy kernels have gone wrong: a bfloat16
+// accumulator across the chunks (axolotl PR 1601 on efficient_cross_entropy;
+// Liger-Kernel PR 1391); Liger's Ascend path copies chunk 0 and adds the
+// rest (PR 1222), the branch an overwrite takes; assigning where one
+// accumulates is the class of TransformerEngine 3437. Modelled with the
+// correct kernel: dx and the loss from all the rows, the weight gradient
+// from the last block.
 class ChunkedHeadOverwritesAcrossChunks : public ForwardingBackend {
  public:
   using ForwardingBackend::ForwardingBackend;
@@ -247,7 +250,8 @@ std::vector<BackendMutant> single_process_backend_mutants() {
         "tt-metal PR 53386; MXNet 17703"},
        backend_of<EmbeddingBfloat16Rows>()},
       {{"B35", "a chunked head's weight gradient assigned over its row blocks: the last block's alone survives",
-        "issue 38 (fused linear cross-entropy accumulates over row chunks); the class of TransformerEngine 3437"},
+        "the chunk accumulation of fused linear cross-entropy (axolotl PR 1601, Liger-Kernel PRs 1391 and 1222); "
+        "the class of TransformerEngine 3437"},
        backend_of<ChunkedHeadOverwritesAcrossChunks>()},
   };
 }
