@@ -49,6 +49,15 @@ struct NormConfig {
 
 using ref::LossKind;
 
+// Multi-head self-attention over samples of `positions` consecutive rows
+// (kernels/backend_ops.def: attention_forward).
+struct AttentionConfig {
+  long heads = 1;
+  long positions = 1;       // rows per sample: its keys are its own rows
+  bool causal = true;       // query i sees keys j <= i of its sample
+  long padding_idx = -1;    // keys whose token id is this are masked (< 0: none)
+};
+
 enum class OptimizerKind { sgd, adam, adamw };
 
 // One optimizer step's constants, as float32. Everything derived from the

@@ -95,6 +95,27 @@ inline void require_chunked_head(const Tensor& x, const Tensor& w, const Tensor&
   require_shape(dw, w.rows, w.cols, "chunked_head_cross_entropy dw");
 }
 
+// attention_forward / _backward: qkv (and dqkv) [rows, 3D], whole samples
+// of c.positions rows, D a multiple of c.heads; o (and dout) [rows, D];
+// row_max, row_sum [1, rows * heads] float32; ids empty or [rows, 1].
+inline void require_attention(const AttentionConfig& c, const Tensor& qkv, const Tensor& ids, const Tensor& o,
+                              const Tensor& row_max, const Tensor& row_sum, const char* op) {
+  GRADEQ_REQUIRE(c.heads > 0 && c.positions > 0 && qkv.cols % 3 == 0 && (qkv.cols / 3) % c.heads == 0,
+                 std::string(op) + ": qkv has " + std::to_string(qkv.cols) + " columns; it needs 3 D, D a multiple of " +
+                     std::to_string(c.heads) + " heads");
+  GRADEQ_REQUIRE(qkv.rows % c.positions == 0, std::string(op) + ": " + std::to_string(qkv.rows) +
+                                                  " rows are not whole samples of " + std::to_string(c.positions));
+  require_shape(o, qkv.rows, qkv.cols / 3, op);
+  require_shape(row_max, 1, qkv.rows * c.heads, op);
+  require_shape(row_sum, 1, qkv.rows * c.heads, op);
+  GRADEQ_REQUIRE(row_max.dtype == DType::f32 && row_sum.dtype == DType::f32,
+                 std::string(op) + ": the row statistics are float32");
+  if (!ids.empty()) {
+    require_shape(ids, qkv.rows, 1, op);
+    GRADEQ_REQUIRE(ids.dtype == DType::f32, std::string(op) + ": token ids are float32");
+  }
+}
+
 // The preconditions of the list ops, checked alike by every backend: the
 // lists pair up, shapes agree, a compensation buffer has its buffer's dtype.
 inline void require_accumulate_lists(std::span<const Tensor> dst, std::span<const Tensor> src,

@@ -30,6 +30,7 @@ class Resolver {
       } else if (!l.body.empty()) {
         throw std::invalid_argument(where + " takes no branch");
       }
+      if (l.op->masks_padding_keys() && m_.spec.token_input) inputs.push_back(0);
       x = add(l, p, where, inputs);
     }
     return x;
@@ -121,8 +122,10 @@ Model::Model(const ModelSpec& s) : spec(s) {
   if (s.padding_token >= 0 && (!s.token_input || s.padding_token >= s.input_features))
     throw std::invalid_argument("model: the padding token must be a token id, in [0, vocabulary)");
   for (const Node& n : nodes)
-    for (std::size_t v : n.inputs) {
+    for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+      const std::size_t v = n.inputs[i];
       const bool ids = v == 0 && s.token_input;
+      if (ids && i == 1 && n.op->masks_padding_keys()) continue;
       if (ids && !n.op->reads_token_ids())
         throw std::invalid_argument("model: " + std::string(n.op->name()) +
                                     " reads the token ids: only an embedding reads a token model's input");

@@ -130,6 +130,9 @@ class Op {
   // has the vocabulary's width. The weight has two uses, and its gradient
   // is their sum.
   virtual bool ties_token_embedding() const { return false; }
+  // Whether its node also reads a token model's ids, as its second input
+  // (attention: keys whose id is the padding token are not seen).
+  virtual bool masks_padding_keys() const { return false; }
 
   virtual Matrix<double> forward(const OpForward<double>& call) const = 0;
   virtual Matrix<Bounded> forward(const OpForward<Bounded>& call) const = 0;

@@ -2,6 +2,7 @@
 // conventions finite differences cannot pin (tanh GELU, biased variance,
 // where eps goes, ignore_index, PyTorch's SGD).
 #include "harness/core/ops/registry.h"
+#include "reference/attention.h"
 #include "reference/layers.h"
 #include "reference/losses.h"
 #include "reference/model.h"
@@ -273,6 +274,60 @@ TEST(ReferenceGolden, TiedLanguageModelWindow) {
     for (std::size_t p = 0; p < params.size(); ++p)
       expect_matches_golden(grads[p], matrix(g["gradients"][model.parameters[p].name]), model.parameters[p].name);
   }
+}
+
+// Attention's core against nanoGPT's hand-written form (views,
+// transposes, masked_fill, softmax) under float64 autograd: causal and
+// bidirectional, padded keys (id 0) masked.
+void expect_attention_matches(const std::string& name) {
+  const auto g = golden(name);
+  const ref::AttentionShape shape{g["heads"].get<long>(), g["positions"].get<long>(), g["causal"].get<bool>(),
+                                  g["padding_token"].get<long>()};
+  const auto qkv = lift<Bounded>(matrix(g["qkv"])), dy = lift<Bounded>(matrix(g["dy"]));
+  Matrix<Bounded> ids(qkv.rows(), 1);
+  for (long r = 0; r < ids.rows(); ++r) ids(r, 0) = Bounded(g["ids"][static_cast<std::size_t>(r)].get<double>());
+  expect_matches_golden(ref::attention_forward(shape, qkv, &ids), matrix(g["y"]), "y");
+  expect_matches_golden(ref::attention_backward(shape, qkv, &ids, dy), matrix(g["dqkv"]), "dqkv");
+}
+
+TEST(ReferenceGolden, CausalAttention) { expect_attention_matches("attention"); }
+TEST(ReferenceGolden, BidirectionalAttention) { expect_attention_matches("bidirectional_attention"); }
+
+// A whole window of a small GPT (attention and MLP blocks, a tied head,
+// causal_lm over padded sequences) against PyTorch float64.
+TEST(ReferenceGolden, SmallGptWindow) {
+  const auto g = golden("gpt_small");
+  ref::ModelSpec spec;
+  spec.input_features = g["vocabulary"].get<long>();
+  spec.token_input = true;
+  spec.padding_token = g["padding_token"].get<long>();
+  spec.positions = g["positions"].get<long>();
+  spec.layers = {layer_of("embedding", 8), layer_of("position_embedding", spec.positions),
+                 combinator_of("residual", {layer_of("layernorm"), layer_of("linear", 24), layer_of("attention", 2),
+                                            layer_of("linear", 8)}),
+                 combinator_of("residual", {layer_of("layernorm"), layer_of("linear", 12), layer_of("gelu"),
+                                            layer_of("linear", 8)}),
+                 layer_of("layernorm"), layer_of("tied_head")};
+  spec.loss = ref::LossKind::causal_lm;
+  const ref::Model model(spec);
+  ref::Tensors<Bounded> params;
+  for (const ref::ParameterInfo& p : model.parameters) params.push_back(lift<Bounded>(matrix(g["parameters"][p.name])));
+  ASSERT_EQ(params.size(), g["parameters"].size());
+  const long rows = static_cast<long>(g["ids"].size());
+  Matrix<double> ids(rows, 1);
+  std::vector<int> labels;
+  for (long r = 0; r < rows; ++r) {
+    ids(r, 0) = g["ids"][static_cast<std::size_t>(r)].get<double>();
+    labels.push_back(g["labels"][static_cast<std::size_t>(r)].get<int>());
+  }
+  const long count = g["count"].get<long>();
+  const Bounded scale(1.0 / static_cast<double>(count));
+  const auto tape = ref::forward(model, params, lift<Bounded>(ids));
+  const auto loss = ref::cross_entropy_loss(tape.output(), ref::shifted_labels(labels, spec.positions), scale);
+  expect_matches_golden(loss.loss_sum * scale, g["loss"].get<double>(), "loss");
+  const auto grads = ref::backward(model, params, tape, loss.dy);
+  for (std::size_t p = 0; p < params.size(); ++p)
+    expect_matches_golden(grads[p], matrix(g["gradients"][model.parameters[p].name]), model.parameters[p].name);
 }
 
 TEST(ReferenceGolden, ScheduleWarmupCosine) {

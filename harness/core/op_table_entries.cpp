@@ -13,6 +13,7 @@
 #include "harness/core/op_table_entry.h"
 #include "harness/core/training_loop.h"
 #include "kernels/norm_geometry.h"
+#include "reference/attention.h"
 #include "reference/layers.h"
 #include "reference/losses.h"
 #include "reference/optimizers.h"
@@ -262,6 +263,55 @@ class PositionBackwardOp : public TableOp {
  private:
   long positions_;
   Tensor dy_, dp_;
+};
+
+// --------------------------------------------------------------- attention
+
+// Forward then backward of attention's core. Size: `rows` samples of `in`
+// positions, two heads of `out` columns (qkv [rows * in, 6 out]). Causal
+// unless `bidirectional`; every sample but the first ends in padding (its
+// last third of positions, at least one where it has two), whose keys
+// are not seen. The scores carry a spread of 2, so that the softmax is
+// neither flat nor one-hot.
+class AttentionOp : public TableOp {
+ public:
+  AttentionOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed, bool bidirectional)
+      : TableOp(b, t, seed) {
+    config_.heads = 2;
+    config_.positions = s.in;
+    config_.causal = !bidirectional;
+    config_.padding_idx = 0;
+    const long rows = s.rows * s.in, width = 2 * s.out;
+    ids_values_ = Matrix<double>::Constant(rows, 1, 1.0);
+    for (long sample = 1; sample < s.rows; ++sample)
+      for (long t0 = s.in - std::max(s.in > 1 ? 1L : 0L, s.in / 3); t0 < s.in; ++t0) ids_values_(sample * s.in + t0, 0) = 0.0;
+    ids_ = input(ids_values_, DType::f32);
+    qkv_ = input(random(rows, 3 * width, 2.0 / std::sqrt(std::sqrt(static_cast<double>(s.out)))), t);
+    dout_ = input(random(rows, width), t);
+    o_ = output(rows, width, t, false);
+    max_ = output(1, rows * 2, DType::f32, false);
+    sum_ = output(1, rows * 2, DType::f32, false);
+    dqkv_ = output(rows, 3 * width, t, false);
+    flops = 8.0 * static_cast<double>(s.rows * s.in * s.in * width);
+    bytes = bytes_of(t) * static_cast<double>(rows * width) * 9.0;
+  }
+  void run() override {
+    backend_.attention_forward(config_, qkv_, ids_, o_, max_, sum_);
+    backend_.attention_backward(config_, qkv_, ids_, o_, dout_, max_, sum_, dqkv_);
+  }
+  std::vector<Expectation> expected() override {
+    const ref::AttentionShape shape{config_.heads, config_.positions, config_.causal, config_.padding_idx};
+    const Matrix<Bounded> qkv = held(qkv_);
+    Matrix<Bounded> ids(ids_values_.rows(), 1);
+    for (long r = 0; r < ids.rows(); ++r) ids(r, 0) = Bounded(ids_values_(r, 0));
+    return {{"o", stored(ref::attention_forward(shape, qkv, &ids), ref::Storage::compute), &o_},
+            {"dqkv", ref::attention_backward(shape, qkv, &ids, held(dout_)), &dqkv_}};
+  }
+
+ private:
+  AttentionConfig config_;
+  Matrix<double> ids_values_;
+  Tensor ids_, qkv_, dout_, o_, max_, sum_, dqkv_;
 };
 
 // ----------------------------------------------------------- data movement
@@ -678,6 +728,9 @@ const std::vector<OpSpec>& op_table() {
   // rows, width, vocabulary: tails in both chunkings; 257 columns in chunks
   // of 65; one row over two chunks of one column.
   const std::vector<OpSize> head = {{9, 5, 13}, {1, 1, 2}, {33, 8, 97}, {65, 17, 257}};
+  // samples, positions, head dim (two heads): one position; a position
+  // count past a 32-key tile; head dims 72 (past a multiple of 32) and 3.
+  const std::vector<OpSize> attention = {{3, 7, 4}, {2, 1, 8}, {2, 37, 3}, {1, 70, 72}};
   static const std::vector<OpSpec> table = {
       {"linear_forward", "y = x w^T + b", gemm, make<LinearForward>()},
       {"linear_backward_data", "dx = dy w", gemm, make<LinearBackwardData>()},
@@ -708,6 +761,10 @@ const std::vector<OpSpec>& op_table() {
       {"chunked_head_cross_entropy",
        "the tied head and its cross-entropy over row blocks and vocabulary chunks (online log-sum-exp)", head,
        make<ChunkedHeadOp>()},
+      {"attention", "causal multi-head attention forward and backward, padded keys masked", attention,
+       make<AttentionOp>(false)},
+      {"bidirectional_attention", "multi-head attention without the causal mask, padded keys masked", attention,
+       make<AttentionOp>(true)},
       {"zero", "zero every tensor of a list", list, make<ListOpCheck>(ListKind::zero)},
       {"scale", "scale every tensor of a list", list, make<ListOpCheck>(ListKind::scale)},
       {"accumulate", "dst += src over a list", list, make<ListOpCheck>(ListKind::accumulate)},

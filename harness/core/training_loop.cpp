@@ -456,6 +456,7 @@ double TrainingLoop::forward_loss_backward(const ref::Batch& mb, float scale, co
       if (chunked && n == head) continue;  // done with the loss
       const LoopPlan::Step& step = plan_.steps[n];
       LoopCall c = node_call(n, rows);
+      c.y = activation(c.node.output(), rows);  // what forward wrote (attention's backward reads it)
       c.dy = gradient_buffer(step.dy, rows, model.widths[c.node.output()]);
       c.grads = grad_targets.data() + c.node.first_parameter;
       for (std::size_t i = 0; i < c.node.inputs.size(); ++i) {

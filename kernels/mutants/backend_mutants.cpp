@@ -3,6 +3,7 @@
 #include "kernels/mutants/backend_mutants.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "kernels/forwarding_backend.h"
@@ -231,6 +232,129 @@ class ChunkedHeadOverwritesAcrossChunks : public ForwardingBackend {
   }
 };
 
+// The backend's tensor as host floats, and back (rounded to its dtype).
+std::vector<float> host_copy(Backend& b, const Tensor& t) {
+  std::vector<float> out(static_cast<std::size_t>(t.size()));
+  b.download(t, out);
+  return out;
+}
+
+// B36 — attention's backward without its causal mask: the probabilities
+// above the diagonal are recomputed, not zeroed, so dS is not zero there
+// (llm.c softmax_autoregressive_backward zeroes them explicitly; the
+// FlashAttention tests check a causal backward against a masked one).
+// Modelled with the correct kernel: backward as if bidirectional, from the
+// causal forward's row max and sum.
+class AttentionBackwardWithoutCausalMask : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  void attention_backward(const AttentionConfig& c, const Tensor& qkv, const Tensor& ids, const Tensor& o,
+                          const Tensor& dout, const Tensor& row_max, const Tensor& row_sum,
+                          const Tensor& dqkv) override {
+    AttentionConfig unmasked = c;
+    unmasked.causal = false;
+    inner_.attention_backward(unmasked, qkv, ids, o, dout, row_max, row_sum, dqkv);
+  }
+};
+
+// B37 — 1/sqrt(d) applied twice: the scores' scale applied in backward to
+// dS and again to dQ and dK (the FlashAttention tests compare against a
+// reference scaled once). dQ and dK come out c times too small.
+class AttentionScaleTwice : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  void attention_backward(const AttentionConfig& c, const Tensor& qkv, const Tensor& ids, const Tensor& o,
+                          const Tensor& dout, const Tensor& row_max, const Tensor& row_sum,
+                          const Tensor& dqkv) override {
+    inner_.attention_backward(c, qkv, ids, o, dout, row_max, row_sum, dqkv);
+    const long width = dqkv.cols / 3;
+    const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(width / c.heads)));
+    std::vector<float> g = host_copy(inner_, dqkv);
+    for (long r = 0; r < dqkv.rows; ++r)
+      for (long col = 0; col < 2 * width; ++col) g[static_cast<std::size_t>(r * dqkv.cols + col)] *= scale;
+    inner_.upload(dqkv, g);
+  }
+};
+
+// B38 — dQ accumulated into a buffer zeroed short of head_dim: the fp32
+// dq_accum zeroed to the head dimension rounded down to 32 while the
+// kernel writes every column, so each head's columns past it start from
+// what the previous call left there (FlashAttention PR 2896: head_dim 72
+// and 104 read a stale tail; only dQ was wrong). At head_dim < 32 the
+// whole head is stale; at a multiple of 32 nothing is, and nothing shows.
+class AttentionStaleDqTail : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  void attention_backward(const AttentionConfig& c, const Tensor& qkv, const Tensor& ids, const Tensor& o,
+                          const Tensor& dout, const Tensor& row_max, const Tensor& row_sum,
+                          const Tensor& dqkv) override {
+    inner_.attention_backward(c, qkv, ids, o, dout, row_max, row_sum, dqkv);
+    const long width = dqkv.cols / 3, d = width / c.heads, zeroed = d / 32 * 32;
+    std::vector<float> g = host_copy(inner_, dqkv);
+    std::vector<float> now(static_cast<std::size_t>(dqkv.rows * width));
+    for (long r = 0; r < dqkv.rows; ++r)
+      for (long col = 0; col < width; ++col) {
+        float& dq = g[static_cast<std::size_t>(r * dqkv.cols + col)];
+        now[static_cast<std::size_t>(r * width + col)] = dq;
+        const std::size_t left = static_cast<std::size_t>(r * width + col);
+        if (col % d >= zeroed && left < stale_.size()) dq += stale_[left];
+      }
+    stale_ = std::move(now);
+    inner_.upload(dqkv, g);
+  }
+
+ private:
+  std::vector<float> stale_;  // the previous call's dq accumulator, [rows, D]
+};
+
+// B39 — D = rowsum(dO o) from a stale output: the output read before this
+// pass wrote it (FlashAttention PR 2481: D read from a half-written dO; dQ
+// and dK wrong, dV right). Modelled: D from the previous call's output
+// (zeros at the first call, a buffer never written).
+class AttentionStaleOutput : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  void attention_backward(const AttentionConfig& c, const Tensor& qkv, const Tensor& ids, const Tensor& o,
+                          const Tensor& dout, const Tensor& row_max, const Tensor& row_sum,
+                          const Tensor& dqkv) override {
+    std::vector<float> stale(static_cast<std::size_t>(o.size()), 0.0f);
+    std::copy_n(previous_.begin(), std::min(previous_.size(), stale.size()), stale.begin());
+    previous_ = host_copy(inner_, o);
+    Tensor old = inner_.allocate(o.rows, o.cols, o.dtype);
+    inner_.upload(old, stale);
+    inner_.attention_backward(c, qkv, ids, old, dout, row_max, row_sum, dqkv);
+    inner_.release(old);
+  }
+
+ private:
+  std::vector<float> previous_;
+};
+
+// B40 — no key-padding mask: padded keys attended to. Under per-micro-
+// batch padding a sample then sees a different number of padded keys in a
+// micro-batch and in the whole batch (inference from dynamic padding,
+// DataCollatorWithPadding). A causal query never reaches a right-padded
+// key, so only bidirectional attention shows it.
+class AttentionWithoutPaddingMask : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  void attention_forward(const AttentionConfig& c, const Tensor& qkv, const Tensor& ids, const Tensor& o,
+                         const Tensor& row_max, const Tensor& row_sum) override {
+    inner_.attention_forward(unmasked(c), qkv, ids, o, row_max, row_sum);
+  }
+  void attention_backward(const AttentionConfig& c, const Tensor& qkv, const Tensor& ids, const Tensor& o,
+                          const Tensor& dout, const Tensor& row_max, const Tensor& row_sum,
+                          const Tensor& dqkv) override {
+    inner_.attention_backward(unmasked(c), qkv, ids, o, dout, row_max, row_sum, dqkv);
+  }
+
+ private:
+  static AttentionConfig unmasked(AttentionConfig c) {
+    c.padding_idx = -1;
+    return c;
+  }
+};
+
 std::vector<BackendMutant> single_process_backend_mutants() {
   return {
       {{"B7", "overwrite instead of accumulate: dbias = instead of +=", "llm.c PR 163, PR 408; ggml PR 949"},
@@ -253,6 +377,21 @@ std::vector<BackendMutant> single_process_backend_mutants() {
         "the chunk accumulation of fused linear cross-entropy (axolotl PR 1601, Liger-Kernel PRs 1391 and 1222); "
         "the class of TransformerEngine 3437"},
        backend_of<ChunkedHeadOverwritesAcrossChunks>()},
+      {{"B36", "attention's backward without its causal mask: dS not zeroed above the diagonal",
+        "llm.c softmax_autoregressive_backward (explicit zeroing); FlashAttention's causal tests"},
+       backend_of<AttentionBackwardWithoutCausalMask>()},
+      {{"B37", "attention's 1/sqrt(d) applied twice in backward: dQ and dK scaled again",
+        "FlashAttention's tests (a reference scaled once)"},
+       backend_of<AttentionScaleTwice>()},
+      {{"B38", "dQ accumulated into a buffer zeroed short of head_dim: a stale tail per head",
+        "FlashAttention PR 2896"},
+       backend_of<AttentionStaleDqTail>()},
+      {{"B39", "attention's D = rowsum(dO o) from a stale output: dQ and dK wrong, dV right",
+        "FlashAttention PR 2481"},
+       backend_of<AttentionStaleOutput>()},
+      {{"B40", "no key-padding mask: padded keys attended to under per-micro-batch padding",
+        "inference from dynamic padding (DataCollatorWithPadding)"},
+       backend_of<AttentionWithoutPaddingMask>()},
   };
 }
 

@@ -125,12 +125,123 @@ def tied_lm(vocabulary=11, width=6, hidden=8, positions=5, seed=7):
             "gradients": {names[k]: p.grad.tolist() for k, p in params.items()}}
 
 
+def attention_core(qkv, ids, heads, causal, padding_token):
+    """Multi-head self-attention written by hand, as nanoGPT's
+    CausalSelfAttention after its c_attn: split, views and transposes, the
+    scores scaled by 1/sqrt(d), masked_fill with -inf where a key is not
+    seen (above the diagonal; a padding key), softmax, P V, heads merged."""
+    samples, positions, three_width = qkv.shape
+    width = three_width // 3
+    d = width // heads
+    q, k, v = qkv.split(width, dim=2)
+    q = q.view(samples, positions, heads, d).transpose(1, 2)
+    k = k.view(samples, positions, heads, d).transpose(1, 2)
+    v = v.view(samples, positions, heads, d).transpose(1, 2)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / d ** 0.5)
+    seen = (ids != padding_token).view(samples, 1, 1, positions).expand(samples, 1, positions, positions)
+    if causal:
+        seen = seen & torch.tril(torch.ones(positions, positions, dtype=torch.bool)).view(1, 1, positions, positions)
+    att = att.masked_fill(~seen, float("-inf"))
+    att = F.softmax(att, dim=-1)
+    y = att @ v
+    return y.transpose(1, 2).contiguous().view(samples, positions, width)
+
+
+def attention(name, causal, samples=3, positions=5, heads=2, d=3, seed=11):
+    """The attention core alone: qkv [rows, 3 D] (float32-representable, as
+    a stored value), token ids whose padding (id 0) keys are masked."""
+    g = torch.Generator().manual_seed(seed)
+    width = heads * d
+    qkv = (torch.randn(samples, positions, 3 * width, generator=g, dtype=torch.float64) * 1.5).float().double()
+    qkv.requires_grad_()
+    ids = torch.randint(1, 9, (samples, positions), generator=g)
+    ids[1, 3:] = 0
+    ids[2, 4:] = 0
+    dy = torch.randn(samples, positions, width, generator=g, dtype=torch.float64)
+    y = attention_core(qkv, ids, heads, causal, 0)
+    (y * dy).sum().backward()
+    return {"op": name, "torch": torch.__version__, "dtype": "float64", "heads": heads, "positions": positions,
+            "causal": causal, "padding_token": 0, "qkv": listed(qkv.reshape(-1, 3 * width)),
+            "ids": ids.reshape(-1).tolist(), "dy": listed(dy.reshape(-1, width)), "y": listed(y.reshape(-1, width)),
+            "dqkv": qkv.grad.reshape(-1, 3 * width).tolist()}
+
+
+def gpt_small(vocabulary=11, width=8, heads=2, hidden=12, positions=5, seed=13):
+    """A window of a small GPT: token and position embeddings, a pre-LN
+    block of causal self-attention (c_attn, the hand-written core, c_proj)
+    and one of an MLP, the final LayerNorm and a tied head; labels shifted
+    inside the loss, whose sum is divided by the count of shifted labels.
+    Padding (id 0) is masked as a key. Parameters and gradients under
+    gradeq's names."""
+    g = torch.Generator().manual_seed(seed)
+    nn = torch.nn
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(vocabulary, width, padding_idx=0)
+            self.wpe = nn.Embedding(positions, width)
+            self.ln_1 = nn.LayerNorm(width)
+            self.c_attn = nn.Linear(width, 3 * width)
+            self.c_proj = nn.Linear(width, width)
+            self.ln_2 = nn.LayerNorm(width)
+            self.fc = nn.Linear(width, hidden)
+            self.act = nn.GELU(approximate="tanh")
+            self.proj = nn.Linear(hidden, width)
+            self.ln_f = nn.LayerNorm(width)
+            self.lm_head = nn.Linear(width, vocabulary, bias=False)
+            self.lm_head.weight = self.wte.weight
+
+        def forward(self, idx):
+            x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+            x = x + self.c_proj(attention_core(self.c_attn(self.ln_1(x)), idx, heads, True, 0))
+            x = x + self.proj(self.act(self.fc(self.ln_2(x))))
+            return self.lm_head(self.ln_f(x))
+
+    model = GPT().double()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.5)
+    lengths = [5, 3, 2]
+    ids = torch.randint(1, vocabulary, (len(lengths), positions), generator=g)
+    labels = ids.clone()
+    for s, n in enumerate(lengths):
+        ids[s, n:] = 0
+        labels[s, n:] = -100
+    logits = model(ids)
+    shifted = labels[:, 1:]
+    count = int((shifted != -100).sum())
+    loss = F.cross_entropy(logits[:, :-1].reshape(-1, vocabulary), shifted.reshape(-1), ignore_index=-100,
+                           reduction="sum") / count
+    loss.backward()
+    names = {"wte.weight": "layer0.weight", "wpe.weight": "layer1.weight", "ln_1.weight": "layer2.0.weight",
+             "ln_1.bias": "layer2.0.bias", "c_attn.weight": "layer2.1.weight", "c_attn.bias": "layer2.1.bias",
+             "c_proj.weight": "layer2.3.weight", "c_proj.bias": "layer2.3.bias", "ln_2.weight": "layer3.0.weight",
+             "ln_2.bias": "layer3.0.bias", "fc.weight": "layer3.1.weight", "fc.bias": "layer3.1.bias",
+             "proj.weight": "layer3.3.weight", "proj.bias": "layer3.3.bias", "ln_f.weight": "layer4.weight",
+             "ln_f.bias": "layer4.bias"}
+    params = dict(model.named_parameters())  # the tied weight once, as wte.weight
+    return {"op": "gpt_small", "torch": torch.__version__, "dtype": "float64", "vocabulary": vocabulary,
+            "positions": positions, "padding_token": 0,
+            "layers": ["embedding:%d" % width, "position_embedding:%d" % positions,
+                       {"residual": ["layernorm", "linear:%d" % (3 * width), "attention:%d" % heads,
+                                     "linear:%d" % width]},
+                       {"residual": ["layernorm", "linear:%d" % hidden, "gelu", "linear:%d" % width]},
+                       "layernorm", "tied_head"],
+            "ids": ids.reshape(-1).tolist(), "labels": labels.reshape(-1).tolist(), "count": count,
+            "loss": float(loss), "parameters": {names[k]: listed(p) for k, p in params.items()},
+            "gradients": {names[k]: p.grad.tolist() for k, p in params.items()}}
+
+
 OPS = {
     # nn.GELU()'s default: x Phi(x), exact through erf.
     "gelu_erf": lambda: activation("gelu_erf", lambda x: F.gelu(x)),
     "embedding": embedding,
     "position_embedding": position_embedding,
     "tied_lm": tied_lm,
+    "attention": lambda: attention("attention", True),
+    "bidirectional_attention": lambda: attention("bidirectional_attention", False),
+    "gpt_small": gpt_small,
 }
 
 

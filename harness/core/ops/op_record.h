@@ -25,8 +25,8 @@ struct LoopCall {
   const Tensor* params = nullptr;  // the node's parameters as forward and backward read them
   const Tensor* buffers = nullptr;  // the node's buffers
   bool update_running = false;    // forward: update the buffers (not when checkpointing recomputes)
-  Tensor saved_mean, saved_rstd;  // a normalizer's statistics, written by forward, read by backward
-  Tensor y;                       // forward: the output (overwrite)
+  Tensor saved_mean, saved_rstd;  // a normalizer's statistics (attention's row max and sum), written by forward, read by backward
+  Tensor y;                       // forward: the output (overwrite); backward: what forward wrote
   Tensor dy;                      // backward: the gradient at the output
   std::vector<Tensor> dx;         // backward: per input (overwrite)
   std::vector<bool> needed;       // backward: whether dx[i] is read (the model's input's is not)
