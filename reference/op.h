@@ -133,6 +133,13 @@ class Op {
   // Whether its node also reads a token model's ids, as its second input
   // (attention: keys whose id is the padding token are not seen).
   virtual bool masks_padding_keys() const { return false; }
+  // Whether a row's output reads rows at later positions of its sample
+  // (bidirectional attention): right padding then reaches the real rows
+  // unless a mask keeps it out.
+  virtual bool reads_later_positions() const { return false; }
+  // Whether a scenario may hold it: an op whose rule does not yet decide a
+  // model's gradients is checked kernel by kernel only (attention).
+  virtual bool checked_in_scenarios() const { return true; }
 
   virtual Matrix<double> forward(const OpForward<double>& call) const = 0;
   virtual Matrix<Bounded> forward(const OpForward<Bounded>& call) const = 0;

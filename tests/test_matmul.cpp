@@ -481,7 +481,7 @@ TEST(Matmul, DefaultScenariosAgreeWithTheScalarRule) {
           const std::string where = spec.name + " window " + std::to_string(w) + " " + f.name + "[" + std::to_string(i) + "]";
           ASSERT_LE(std::abs(f.value[i] - r.value[i]), f.reference_bound[i] + r.reference_bound[i]) << where;
           const double d = relative_difference(f.kernel_bound[i], r.kernel_bound[i]);
-          ASSERT_LE(d, 1e-9) << where;
+          ASSERT_LE(d, 1e-9) << where << " matrix " << f.kernel_bound[i] << " rule " << r.kernel_bound[i];
           ++elements;
           worst = std::max(worst, d);
           worst_reference = std::max(worst_reference, relative_difference(f.reference_bound[i], r.reference_bound[i]));

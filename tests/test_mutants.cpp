@@ -16,6 +16,7 @@
 #include "harness/core/mutants.h"
 #include "properties/properties.h"
 #include "support.h"
+#include "harness/core/op_table.h"
 
 namespace gradeq {
 namespace {
@@ -95,6 +96,32 @@ const Mutant& mutant(const std::string& id) {
   const Mutant* m = find_mutant(id);
   if (!m) throw std::logic_error("no mutant " + id);
   return *m;
+}
+
+// The attention mutants against the op table's attention entries (causal;
+// B40 on the bidirectional one, where a query reaches a padded key): each
+// fails the op's check, every element of o and dqkv within the
+// deterministic bound, at every size the op tests run with more than one
+// position (at one, each query sees its one key with p = 1 and dS = 0:
+// dQ and dK are 0 whatever is wrong with them), in float32. B38 reads the
+// tail an earlier call left: the op runs once before its check; B39's
+// first call reads an output never written (zeros), a later one the same
+// inputs' output, so its check is its first call.
+TEST(Mutants, AttentionBugsFailTheOpTable) {
+  for (const BackendMutant& m : attention_op_mutants()) {
+    const OpSpec& op = find_op(m.id == "B40" ? "bidirectional_attention" : "attention");
+    for (const OpSize& size : op.test_sizes) {
+      CpuBackend cpu;
+      std::unique_ptr<Backend> wrapped = m.wrap(cpu);
+      if (size.in == 1) continue;
+      const auto prepared = op.prepare(*wrapped, size, DType::f32, 7);
+      if (m.id == "B38") prepared->run();
+      const OpVerdict v = prepared->verify();
+      EXPECT_FALSE(v.passed) << m.id << " at " << size.rows << " x " << size.in << " x " << size.out;
+      std::printf("%s at %ld samples x %ld positions, head dim %ld: worst err/bound %.3g\n", m.id.c_str(), size.rows,
+                  size.in, size.out, v.worst_ratio);
+    }
+  }
 }
 
 // Clipping by the global norm erases a constant factor on the gradient: a

@@ -269,10 +269,10 @@ class PositionBackwardOp : public TableOp {
 
 // Forward then backward of attention's core. Size: `rows` samples of `in`
 // positions, two heads of `out` columns (qkv [rows * in, 6 out]). Causal
-// unless `bidirectional`; every sample but the first ends in padding (its
-// last third of positions, at least one where it has two), whose keys
-// are not seen. The scores carry a spread of 2, so that the softmax is
-// neither flat nor one-hot.
+// unless `bidirectional`; every sample but the first (a lone one too) ends
+// in padding (its last third of positions, at least one where it has
+// two), whose keys are not seen. The scores carry a spread of 2, so that
+// the softmax is neither flat nor one-hot.
 class AttentionOp : public TableOp {
  public:
   AttentionOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed, bool bidirectional)
@@ -283,7 +283,7 @@ class AttentionOp : public TableOp {
     config_.padding_idx = 0;
     const long rows = s.rows * s.in, width = 2 * s.out;
     ids_values_ = Matrix<double>::Constant(rows, 1, 1.0);
-    for (long sample = 1; sample < s.rows; ++sample)
+    for (long sample = s.rows > 1 ? 1 : 0; sample < s.rows; ++sample)
       for (long t0 = s.in - std::max(s.in > 1 ? 1L : 0L, s.in / 3); t0 < s.in; ++t0) ids_values_(sample * s.in + t0, 0) = 0.0;
     ids_ = input(ids_values_, DType::f32);
     qkv_ = input(random(rows, 3 * width, 2.0 / std::sqrt(std::sqrt(static_cast<double>(s.out)))), t);

@@ -300,6 +300,13 @@ void validate(const ScenarioSpec& s) {
           refuse("split: batchnorm needs >= 2 values per channel in every micro-batch, but a micro-batch of " +
                  std::to_string(n) + " sample(s) x " + std::to_string(s.model.positions) + " position(s) has " +
                  std::to_string(n * s.model.positions));
+  for (const ref::Node& node : model.nodes)
+    if (!node.op->checked_in_scenarios())
+      refuse(std::string(node.op->name()) +
+             ": not yet in a scenario: attention's error rule does not decide a model's gradients yet (in a model "
+             "its backward's bound grows past the gradients it bounds; docs/NUMERICS.md §3, \"Attention\"). The "
+             "op is checked kernel by kernel (the op table: gradeq bench, the backend op tests) and against "
+             "PyTorch float64");
   if (s.data == DataKind::padded_sequences && s.model.loss == ref::LossKind::mse)
     refuse("data: padded_sequences needs the cross_entropy or causal_lm loss (padding is an ignore mask)");
   if (s.procedure.padding != ref::Padding::fixed) {
@@ -310,6 +317,10 @@ void validate(const ScenarioSpec& s) {
           shape && shape->kind != ref::NormKind::layer && shape->kind != ref::NormKind::rms)
         refuse("padding: a BatchNorm's or GroupNorm's statistics span a sample's positions, padded ones included; "
                "only padding = \"fixed\" keeps them the same in a micro-batch and in the full batch");
+      else if (node.op->reads_later_positions() && s.model.padding_token < 0)
+        refuse("padding: " + std::string(node.op->name()) +
+               " reads every position of a sample, padded ones included, unless they are masked: padding other "
+               "than \"fixed\" needs a padding_token (its keys are masked)");
   }
 
   const ref::OptimizerSpec& o = s.procedure.optimizer;

@@ -377,6 +377,11 @@ std::vector<BackendMutant> single_process_backend_mutants() {
         "the chunk accumulation of fused linear cross-entropy (axolotl PR 1601, Liger-Kernel PRs 1391 and 1222); "
         "the class of TransformerEngine 3437"},
        backend_of<ChunkedHeadOverwritesAcrossChunks>()},
+  };
+}
+
+std::vector<BackendMutant> attention_op_mutants() {
+  return {
       {{"B36", "attention's backward without its causal mask: dS not zeroed above the diagonal",
         "llm.c softmax_autoregressive_backward (explicit zeroing); FlashAttention's causal tests"},
        backend_of<AttentionBackwardWithoutCausalMask>()},
