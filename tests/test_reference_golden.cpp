@@ -233,46 +233,76 @@ TEST(ReferenceGolden, PositionEmbedding) {
 // the loss's sum over the shifted labels divided by their count. Every
 // parameter's gradient (the tied weight's: both contributions) and the
 // loss.
-TEST(ReferenceGolden, TiedLanguageModelWindow) {
-  const auto g = golden("tied_lm");
+// The layers a golden file lists in config syntax: "linear:8", or a
+// combinator and its branch, {"residual": [...]}.
+std::vector<ref::LayerSpec> layers_of(const nlohmann::json& list) {
+  std::vector<ref::LayerSpec> out;
+  for (const nlohmann::json& l : list) {
+    if (l.is_string()) {
+      out.push_back(parse_layer(l.get<std::string>()));
+    } else {
+      for (const auto& [name, body] : l.items()) out.push_back(combinator_of(name, layers_of(body)));
+    }
+  }
+  return out;
+}
+
+// A causal LM's window from its golden file: the model its layers make,
+// its parameters by gradeq's names, the ids and the unshifted labels.
+struct LanguageModelWindow {
+  ref::Model model;
+  ref::Tensors<Bounded> params;
+  Matrix<double> ids;
+  std::vector<int> labels;
+};
+
+LanguageModelWindow language_model_window(const nlohmann::json& g) {
   ref::ModelSpec spec;
   spec.input_features = g["vocabulary"].get<long>();
   spec.token_input = true;
   spec.padding_token = g["padding_token"].get<long>();
   spec.positions = g["positions"].get<long>();
-  spec.layers = {layer_of("embedding", 6), layer_of("position_embedding", spec.positions),
-                 combinator_of("residual", {layer_of("layernorm"), layer_of("linear", 8), layer_of("gelu"),
-                                            layer_of("linear", 6)}),
-                 layer_of("layernorm"), layer_of("tied_head")};
+  spec.layers = layers_of(g["layers"]);
   spec.loss = ref::LossKind::causal_lm;
-  const ref::Model model(spec);
-  ref::Tensors<Bounded> params;
-  for (const ref::ParameterInfo& p : model.parameters) params.push_back(lift<Bounded>(matrix(g["parameters"][p.name])));
-  ASSERT_EQ(params.size(), g["parameters"].size());
-  const long rows = static_cast<long>(g["ids"].size());
-  Matrix<double> ids(rows, 1);
-  std::vector<int> labels;
-  for (long r = 0; r < rows; ++r) {
-    ids(r, 0) = g["ids"][static_cast<std::size_t>(r)].get<double>();
-    labels.push_back(g["labels"][static_cast<std::size_t>(r)].get<int>());
+  LanguageModelWindow w{ref::Model(spec), {}, Matrix<double>(static_cast<long>(g["ids"].size()), 1), {}};
+  for (const ref::ParameterInfo& p : w.model.parameters)
+    w.params.push_back(lift<Bounded>(matrix(g["parameters"][p.name])));
+  EXPECT_EQ(w.params.size(), g["parameters"].size()) << "every parameter of the golden file, once";
+  for (long r = 0; r < w.ids.rows(); ++r) {
+    w.ids(r, 0) = g["ids"][static_cast<std::size_t>(r)].get<double>();
+    w.labels.push_back(g["labels"][static_cast<std::size_t>(r)].get<int>());
   }
+  return w;
+}
+
+// The window's loss and every parameter's gradient against the golden
+// file's, the loss's denominator in chunks of `vocabulary_chunk` columns
+// (0: whole).
+void expect_window_matches(const nlohmann::json& g, const LanguageModelWindow& w, long vocabulary_chunk) {
   ref::Batch batch;
-  batch.positions = spec.positions;
-  batch.inputs = ids;
-  batch.classes = labels;
+  batch.positions = w.model.spec.positions;
+  batch.inputs = w.ids;
+  batch.classes = w.labels;
   ASSERT_EQ(batch.items(ref::LossKind::causal_lm), g["count"].get<long>());
   const Bounded scale(1.0 / static_cast<double>(batch.items(ref::LossKind::causal_lm)));
-  const auto tape = ref::forward(model, params, lift<Bounded>(ids));
+  const auto tape = ref::forward(w.model, w.params, lift<Bounded>(w.ids));
+  const auto loss = ref::cross_entropy_loss(tape.output(), ref::shifted_labels(w.labels, batch.positions), scale,
+                                            vocabulary_chunk);
+  expect_matches_golden(loss.loss_sum * scale, g["loss"].get<double>(), "loss");
+  const auto grads = ref::backward(w.model, w.params, tape, loss.dy);
+  for (std::size_t p = 0; p < w.params.size(); ++p)
+    expect_matches_golden(grads[p], matrix(g["gradients"][w.model.parameters[p].name]), w.model.parameters[p].name);
+}
+
+TEST(ReferenceGolden, TiedLanguageModelWindow) {
+  const auto g = golden("tied_lm");
+  const LanguageModelWindow w = language_model_window(g);
   // The whole head (0), and the chunked head's online denominator over
   // chunks of 1, 2, 3 and 4 of the vocabulary's columns: the same exact
   // math, so the same golden to 1e-12.
   for (long chunk : {0L, 1L, 2L, 3L, 4L}) {
     SCOPED_TRACE("vocabulary chunk " + std::to_string(chunk));
-    const auto loss = ref::cross_entropy_loss(tape.output(), ref::shifted_labels(labels, spec.positions), scale, chunk);
-    expect_matches_golden(loss.loss_sum * scale, g["loss"].get<double>(), "loss");
-    const auto grads = ref::backward(model, params, tape, loss.dy);
-    for (std::size_t p = 0; p < params.size(); ++p)
-      expect_matches_golden(grads[p], matrix(g["gradients"][model.parameters[p].name]), model.parameters[p].name);
+    expect_window_matches(g, w, chunk);
   }
 }
 
@@ -297,37 +327,7 @@ TEST(ReferenceGolden, BidirectionalAttention) { expect_attention_matches("bidire
 // causal_lm over padded sequences) against PyTorch float64.
 TEST(ReferenceGolden, SmallGptWindow) {
   const auto g = golden("gpt_small");
-  ref::ModelSpec spec;
-  spec.input_features = g["vocabulary"].get<long>();
-  spec.token_input = true;
-  spec.padding_token = g["padding_token"].get<long>();
-  spec.positions = g["positions"].get<long>();
-  spec.layers = {layer_of("embedding", 8), layer_of("position_embedding", spec.positions),
-                 combinator_of("residual", {layer_of("layernorm"), layer_of("linear", 24), layer_of("attention", 2),
-                                            layer_of("linear", 8)}),
-                 combinator_of("residual", {layer_of("layernorm"), layer_of("linear", 12), layer_of("gelu"),
-                                            layer_of("linear", 8)}),
-                 layer_of("layernorm"), layer_of("tied_head")};
-  spec.loss = ref::LossKind::causal_lm;
-  const ref::Model model(spec);
-  ref::Tensors<Bounded> params;
-  for (const ref::ParameterInfo& p : model.parameters) params.push_back(lift<Bounded>(matrix(g["parameters"][p.name])));
-  ASSERT_EQ(params.size(), g["parameters"].size());
-  const long rows = static_cast<long>(g["ids"].size());
-  Matrix<double> ids(rows, 1);
-  std::vector<int> labels;
-  for (long r = 0; r < rows; ++r) {
-    ids(r, 0) = g["ids"][static_cast<std::size_t>(r)].get<double>();
-    labels.push_back(g["labels"][static_cast<std::size_t>(r)].get<int>());
-  }
-  const long count = g["count"].get<long>();
-  const Bounded scale(1.0 / static_cast<double>(count));
-  const auto tape = ref::forward(model, params, lift<Bounded>(ids));
-  const auto loss = ref::cross_entropy_loss(tape.output(), ref::shifted_labels(labels, spec.positions), scale);
-  expect_matches_golden(loss.loss_sum * scale, g["loss"].get<double>(), "loss");
-  const auto grads = ref::backward(model, params, tape, loss.dy);
-  for (std::size_t p = 0; p < params.size(); ++p)
-    expect_matches_golden(grads[p], matrix(g["gradients"][model.parameters[p].name]), model.parameters[p].name);
+  expect_window_matches(g, language_model_window(g), 0);
 }
 
 TEST(ReferenceGolden, ScheduleWarmupCosine) {

@@ -67,6 +67,36 @@ def position_embedding(samples=3, positions=4, table=6, width=5, seed=6):
             "y": listed(y.reshape(-1, width)), "dx": x.grad.reshape(-1, width).tolist(), "dweight": wpe.weight.grad.tolist()}
 
 
+def lm_window(op, model, g, vocabulary, positions, layers, names):
+    """A causal LM's window: parameters drawn N(0, 0.25) from g, sequences
+    of lengths 5, 3, 2 padded with id 0 (labels -100 there), the loss's sum
+    over the shifted labels divided by their count, then backward. The
+    file holds the parameters and gradients under gradeq's names (the
+    tied weight once, as wte.weight)."""
+    model = model.double()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.5)
+    lengths = [5, 3, 2]
+    ids = torch.randint(1, vocabulary, (len(lengths), positions), generator=g)
+    labels = ids.clone()
+    for s, n in enumerate(lengths):
+        ids[s, n:] = 0
+        labels[s, n:] = -100
+    logits = model(ids)
+    shifted = labels[:, 1:]
+    count = int((shifted != -100).sum())
+    loss = F.cross_entropy(logits[:, :-1].reshape(-1, vocabulary), shifted.reshape(-1), ignore_index=-100,
+                           reduction="sum") / count
+    loss.backward()
+    params = dict(model.named_parameters())
+    return {"op": op, "torch": torch.__version__, "dtype": "float64", "vocabulary": vocabulary,
+            "positions": positions, "padding_token": 0, "layers": layers,
+            "ids": ids.reshape(-1).tolist(), "labels": labels.reshape(-1).tolist(), "count": count,
+            "loss": float(loss), "parameters": {names[k]: listed(p) for k, p in params.items()},
+            "gradients": {names[k]: p.grad.tolist() for k, p in params.items()}}
+
+
 def tied_lm(vocabulary=11, width=6, hidden=8, positions=5, seed=7):
     """A window of a small causal LM: token and position embeddings, a
     pre-LN residual MLP block, the final LayerNorm and a head tied to the
@@ -94,35 +124,14 @@ def tied_lm(vocabulary=11, width=6, hidden=8, positions=5, seed=7):
             x = x + self.proj(self.act(self.fc(self.ln(x))))
             return self.lm_head(self.ln_f(x))
 
-    model = LM().double()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.5)
-    lengths = [5, 3, 2]
-    ids = torch.randint(1, vocabulary, (len(lengths), positions), generator=g)
-    labels = ids.clone()
-    for s, n in enumerate(lengths):
-        ids[s, n:] = 0
-        labels[s, n:] = -100
-    logits = model(ids)
-    shifted = labels[:, 1:]
-    count = int((shifted != -100).sum())
-    loss = F.cross_entropy(logits[:, :-1].reshape(-1, vocabulary), shifted.reshape(-1), ignore_index=-100,
-                           reduction="sum") / count
-    loss.backward()
     names = {"wte.weight": "layer0.weight", "wpe.weight": "layer1.weight", "ln.weight": "layer2.0.weight",
              "ln.bias": "layer2.0.bias", "fc.weight": "layer2.1.weight", "fc.bias": "layer2.1.bias",
              "proj.weight": "layer2.3.weight", "proj.bias": "layer2.3.bias", "ln_f.weight": "layer3.weight",
              "ln_f.bias": "layer3.bias"}
-    params = dict(model.named_parameters())  # the tied weight once, as wte.weight
-    return {"op": "tied_lm", "torch": torch.__version__, "dtype": "float64", "vocabulary": vocabulary,
-            "positions": positions, "padding_token": 0,
-            "layers": ["embedding:%d" % width, "position_embedding:%d" % positions,
-                       {"residual": ["layernorm", "linear:%d" % hidden, "gelu", "linear:%d" % width]},
-                       "layernorm", "tied_head"],
-            "ids": ids.reshape(-1).tolist(), "labels": labels.reshape(-1).tolist(), "count": count,
-            "loss": float(loss), "parameters": {names[k]: listed(p) for k, p in params.items()},
-            "gradients": {names[k]: p.grad.tolist() for k, p in params.items()}}
+    layers = ["embedding:%d" % width, "position_embedding:%d" % positions,
+              {"residual": ["layernorm", "linear:%d" % hidden, "gelu", "linear:%d" % width]},
+              "layernorm", "tied_head"]
+    return lm_window("tied_lm", LM(), g, vocabulary, positions, layers, names)
 
 
 def attention_core(qkv, ids, heads, causal, padding_token):
@@ -198,39 +207,17 @@ def gpt_small(vocabulary=11, width=8, heads=2, hidden=12, positions=5, seed=13):
             x = x + self.proj(self.act(self.fc(self.ln_2(x))))
             return self.lm_head(self.ln_f(x))
 
-    model = GPT().double()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.5)
-    lengths = [5, 3, 2]
-    ids = torch.randint(1, vocabulary, (len(lengths), positions), generator=g)
-    labels = ids.clone()
-    for s, n in enumerate(lengths):
-        ids[s, n:] = 0
-        labels[s, n:] = -100
-    logits = model(ids)
-    shifted = labels[:, 1:]
-    count = int((shifted != -100).sum())
-    loss = F.cross_entropy(logits[:, :-1].reshape(-1, vocabulary), shifted.reshape(-1), ignore_index=-100,
-                           reduction="sum") / count
-    loss.backward()
     names = {"wte.weight": "layer0.weight", "wpe.weight": "layer1.weight", "ln_1.weight": "layer2.0.weight",
              "ln_1.bias": "layer2.0.bias", "c_attn.weight": "layer2.1.weight", "c_attn.bias": "layer2.1.bias",
              "c_proj.weight": "layer2.3.weight", "c_proj.bias": "layer2.3.bias", "ln_2.weight": "layer3.0.weight",
              "ln_2.bias": "layer3.0.bias", "fc.weight": "layer3.1.weight", "fc.bias": "layer3.1.bias",
              "proj.weight": "layer3.3.weight", "proj.bias": "layer3.3.bias", "ln_f.weight": "layer4.weight",
              "ln_f.bias": "layer4.bias"}
-    params = dict(model.named_parameters())  # the tied weight once, as wte.weight
-    return {"op": "gpt_small", "torch": torch.__version__, "dtype": "float64", "vocabulary": vocabulary,
-            "positions": positions, "padding_token": 0,
-            "layers": ["embedding:%d" % width, "position_embedding:%d" % positions,
-                       {"residual": ["layernorm", "linear:%d" % (3 * width), "attention:%d" % heads,
-                                     "linear:%d" % width]},
-                       {"residual": ["layernorm", "linear:%d" % hidden, "gelu", "linear:%d" % width]},
-                       "layernorm", "tied_head"],
-            "ids": ids.reshape(-1).tolist(), "labels": labels.reshape(-1).tolist(), "count": count,
-            "loss": float(loss), "parameters": {names[k]: listed(p) for k, p in params.items()},
-            "gradients": {names[k]: p.grad.tolist() for k, p in params.items()}}
+    layers = ["embedding:%d" % width, "position_embedding:%d" % positions,
+              {"residual": ["layernorm", "linear:%d" % (3 * width), "attention:%d" % heads, "linear:%d" % width]},
+              {"residual": ["layernorm", "linear:%d" % hidden, "gelu", "linear:%d" % width]},
+              "layernorm", "tied_head"]
+    return lm_window("gpt_small", GPT(), g, vocabulary, positions, layers, names)
 
 
 OPS = {
