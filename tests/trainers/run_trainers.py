@@ -77,7 +77,7 @@ def environment(venvs, name):
     start = time.time()
     flags = ["--system-site-packages"] if name == "hf445" else []
     subprocess.run(["/usr/bin/python3", "-m", "venv", "--clear"] + flags + [root], check=True)
-    p = subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r", pins_file],
+    p = subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-cache-dir", "--disable-pip-version-check", "-r", pins_file],
                        capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit("FAIL: installing %s into %s:\n%s%s" % (pins_file, root, p.stdout, p.stderr[-4000:]))
