@@ -137,9 +137,6 @@ class Op {
   // (bidirectional attention): right padding then reaches the real rows
   // unless a mask keeps it out.
   virtual bool reads_later_positions() const { return false; }
-  // Whether a scenario may hold it: an op whose rule does not yet decide a
-  // model's gradients is checked kernel by kernel only (attention).
-  virtual bool checked_in_scenarios() const { return true; }
 
   virtual Matrix<double> forward(const OpForward<double>& call) const = 0;
   virtual Matrix<Bounded> forward(const OpForward<Bounded>& call) const = 0;

@@ -32,7 +32,8 @@ TEST(Mutants, OnePerSingleProcessBug) {
   // B2 and B12 need data-parallel ranks, B19 a GPU: not single-process host bugs.
   const std::set<std::string> expected = {"B1", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B11", "B13",
                                           "B14", "B15", "B16", "B17", "B18", "B24", "B25", "B27", "B28",
-                                          "B29", "B30", "B31", "B32", "B33", "B34", "B35"};
+                                          "B29", "B30", "B31", "B32", "B33", "B34", "B35", "B36", "B37",
+                                          "B38", "B39", "B40"};
   EXPECT_EQ(ids, expected);
 }
 
@@ -49,7 +50,8 @@ TEST(Mutants, EachFailsTheScenarioThatExercisesIt) {
       {"B27", "preln_residual_mlp"},        {"B28", "lm_staged_bf16_n8"},
       {"B29", "lm_small"},                  {"B30", "lm_small"},               {"B31", "lm_embedding_frequent_token"},
       {"B32", "lm_small"},                  {"B33", "lm_small"},               {"B34", "lm_small"},
-      {"B35", "lm_chunked_head"}};
+      {"B35", "lm_chunked_head"},           {"B36", "gpt_attention_block"},   {"B37", "gpt_attention_block"},
+      {"B38", "gpt_attention_block"},       {"B39", "gpt_attention_block"},   {"B40", "gpt_attention_block"}};
   const std::vector<ScenarioSpec> suite = default_scenarios();
   for (const Mutant& m : mutants()) {
     ASSERT_TRUE(scenario_for.count(m.id)) << m.id;
@@ -90,6 +92,28 @@ TEST(Mutants, LanguageModelBugsStandTenTimesAboveCorrectCode) {
   const double b35_ratio = check_scenario(chunked, *b35, correct_loop(), ErrorModel{}).accumulation.worst_ratio;
   EXPECT_GE(b35_ratio, 10.0 * chunked_correct);
   std::printf("B35 on lm_chunked_head: accumulation err/bound %.3g (correct code %.3g)\n", b35_ratio, chunked_correct);
+}
+
+// The attention mutants on gpt_attention_block (float32): each one's
+// kernel and accumulation err/bound at least 10x the correct code's
+// there. B38 reads a tail an earlier call left: the scenario's own
+// earlier calls leave it.
+TEST(Mutants, AttentionBugsStandTenTimesAboveCorrectCode) {
+  const ScenarioSpec& s = *find_scenario(default_scenarios(), "gpt_attention_block");
+  CpuBackend cpu;
+  const ScenarioResult c = check_scenario(s, cpu, correct_loop(), ErrorModel{});
+  ASSERT_TRUE(c.passed()) << c.first_failure();
+  const double correct = std::max(c.kernel.worst_ratio, c.accumulation.worst_ratio);
+  ASSERT_GT(correct, 0.0);
+  for (const char* id : {"B36", "B37", "B38", "B39", "B40"}) {
+    CpuBackend fresh;
+    std::unique_ptr<Backend> wrapped = find_mutant(id)->wrap_backend(fresh);
+    const ScenarioResult r = check_scenario(s, *wrapped, correct_loop(), ErrorModel{});
+    EXPECT_GE(r.kernel.worst_ratio, 10.0 * correct) << id << " against correct code's " << correct;
+    EXPECT_GE(r.accumulation.worst_ratio, 10.0 * correct) << id << " against correct code's " << correct;
+    std::printf("%s on gpt_attention_block: kernel err/bound %.3g, accumulation %.3g (correct code %.3g)\n", id,
+                r.kernel.worst_ratio, r.accumulation.worst_ratio, correct);
+  }
 }
 
 const Mutant& mutant(const std::string& id) {

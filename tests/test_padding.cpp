@@ -142,20 +142,5 @@ TEST(Padding, TheKeyIsCheckedAgainstTheDataAndTheModel) {
   EXPECT_EQ(scenario_from_json(scenario_to_json(s), "back").procedure.padding, ref::Padding::micro_batch);
 }
 
-// Attention is an op of the registry, its kernels checked op by op, but a
-// scenario holding it is refused until its rule decides a model's
-// gradients (docs/NUMERICS.md §3, "Attention"): a pass there would say
-// nothing of the attention block.
-TEST(Padding, AScenarioWithAttentionIsRefusedForNow) {
-  const std::string gpt = "vocabulary = 11\npositions = 4\nloss = \"causal_lm\"\npadding_token = 0\n"
-                          "data = \"padded_sequences\"\n";
-  for (const char* op : {"attention:2", "bidirectional_attention:2"})
-    EXPECT_NE(rejection(gpt + "layers = [\"embedding:8\", { residual = [\"layernorm\", \"linear:24\", \"" + op +
-                        "\", \"linear:8\"] }, \"layernorm\", \"tied_head\"]")
-                  .find("not yet in a scenario"),
-              std::string::npos)
-        << op;
-}
-
 }  // namespace
 }  // namespace gradeq

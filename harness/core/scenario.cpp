@@ -300,13 +300,6 @@ void validate(const ScenarioSpec& s) {
           refuse("split: batchnorm needs >= 2 values per channel in every micro-batch, but a micro-batch of " +
                  std::to_string(n) + " sample(s) x " + std::to_string(s.model.positions) + " position(s) has " +
                  std::to_string(n * s.model.positions));
-  for (const ref::Node& node : model.nodes)
-    if (!node.op->checked_in_scenarios())
-      refuse(std::string(node.op->name()) +
-             ": not yet in a scenario: attention's error rule does not decide a model's gradients yet (in a model "
-             "its backward's bound grows past the gradients it bounds; docs/NUMERICS.md §3, \"Attention\"). The "
-             "op is checked kernel by kernel (the op table: gradeq bench, the backend op tests) and against "
-             "PyTorch float64");
   if (s.data == DataKind::padded_sequences && s.model.loss == ref::LossKind::mse)
     refuse("data: padded_sequences needs the cross_entropy or causal_lm loss (padding is an ignore mask)");
   if (s.procedure.padding != ref::Padding::fixed) {

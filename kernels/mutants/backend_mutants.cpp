@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <utility>
 
 #include "kernels/forwarding_backend.h"
 #if GRADEQ_HAVE_CUDA
@@ -356,7 +357,7 @@ class AttentionWithoutPaddingMask : public ForwardingBackend {
 };
 
 std::vector<BackendMutant> single_process_backend_mutants() {
-  return {
+  std::vector<BackendMutant> out = {
       {{"B7", "overwrite instead of accumulate: dbias = instead of +=", "llm.c PR 163, PR 408; ggml PR 949"},
        backend_of<OverwritesBiasGradient>()},
       {{"B16", "accumulation in bfloat16 behind a float32 buffer",
@@ -378,6 +379,8 @@ std::vector<BackendMutant> single_process_backend_mutants() {
         "the class of TransformerEngine 3437"},
        backend_of<ChunkedHeadOverwritesAcrossChunks>()},
   };
+  for (BackendMutant& m : attention_op_mutants()) out.push_back(std::move(m));
+  return out;
 }
 
 std::vector<BackendMutant> attention_op_mutants() {

@@ -34,13 +34,11 @@ struct BackendMutant : BugInfo {
   BackendWrapper wrap;  // the backend under test, broken
 };
 
-// B7, B16, B28, B29-B31 and B35, for any backend.
+// B7, B16, B28, B29-B31, B35 and attention's B36-B40, for any backend.
 std::vector<BackendMutant> single_process_backend_mutants();
 // B36-B40, attention's (no causal mask in backward, the scale twice, a
-// stale dQ tail, D from a stale output, no key-padding mask), for any
-// backend. Attention is checked op by op until its rule decides a model's
-// gradients (docs/NUMERICS.md §3, "Attention"): these are the op table's
-// to catch (tests/test_mutants.cpp), not yet the self-test's.
+// stale dQ tail, D from a stale output, no key-padding mask): the op
+// table's to catch too (tests/test_mutants.cpp).
 std::vector<BackendMutant> attention_op_mutants();
 // B19 in the form the backend takes it: the racy kernel on cuda, the
 // race's outcome modelled on any other backend.

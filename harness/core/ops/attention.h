@@ -45,9 +45,6 @@ class AttentionRecord : public OpRecordWith<AttentionMath<Causal>> {
   long output_width(long, std::span<const long> in) const override { return in[0] / 3; }
   bool masks_padding_keys() const override { return true; }
   bool reads_later_positions() const override { return !Causal; }
-  // Not yet: in a model its backward's bound outgrows the gradients it
-  // bounds (docs/NUMERICS.md §3, "Attention").
-  bool checked_in_scenarios() const override { return false; }
   long saved_groups(const ref::Model&, const ref::Node& node, long rows) const override { return rows * node.argument; }
   static AttentionConfig config(const LoopCall& c) {
     const ref::AttentionShape s = AttentionMath<Causal>::shape(c.model, c.node);
