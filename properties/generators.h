@@ -47,6 +47,12 @@ rc::Gen<ScenarioSpec> independent_scenario();
 // compute (float16 with a static loss scale), fused or staged
 // accumulation, any optimizer, clip and schedule.
 rc::Gen<ScenarioSpec> language_model_scenario();
+// A language model around one pre-LN block of multi-head attention (1-4
+// heads of 1-9 columns; causal, or a quarter of the time bidirectional
+// where a padding token exists), after an MLP block half of the time in
+// float32, then the final LayerNorm and a head tied or not; otherwise as
+// language_model_scenario().
+rc::Gen<ScenarioSpec> attention_scenario();
 // Linear, one or two BatchNorms, an activation; BatchNorm gets >= 2 values
 // per channel in every micro-batch; half of them checkpoint activations.
 rc::Gen<ScenarioSpec> batchnorm_scenario();

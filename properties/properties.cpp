@@ -289,6 +289,9 @@ const std::vector<Property>& default_properties() {
       {"LanguageModelEquivalence", "causal language models (embeddings, tied head, chunked head, shifted labels, padding) in "
        "float32, bfloat16 and float16 compute: kernel and accumulation within the bound", language_model_scenario(),
        trajectory_equivalence, true, 1.0},
+      {"AttentionEquivalence", "a language model's causal or bidirectional multi-head attention block over padded "
+       "sequences in float32, bfloat16 and float16 compute: kernel and accumulation within the bound",
+       attention_scenario(), trajectory_equivalence, true, 1.0},
       {"LongAccumulation", "64 to 300 micro-batches into a float32 buffer: within the bound",
        long_accumulation_scenario(), trajectory_equivalence, true, 1.7},
       {"EqualSplitShortcut", "1/(N n_b) normalization equals the window's global count iff item counts are equal",
