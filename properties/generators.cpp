@@ -340,7 +340,12 @@ rc::Gen<ScenarioSpec> attention_scenario() {
     s.model.positions = *sequence_positions() + 1;
     s.model.input_features = *rc::gen::inRange<long>(2, 61);
     s.model.padding_token = *rc::gen::arbitrary<bool>() ? 0 : -1;
-    s.precision.compute = *rc::gen::element(DType::f32, DType::bf16, DType::f16);
+    // 16-bit compute on the small tier only: on the large one (widths of
+    // 63-257) it leaves the token embedding's gradient without a finite
+    // bound in a quarter of the cases (15 of 60 at seed 3, every one in
+    // bfloat16 or float16), and such a case decides nothing.
+    s.precision.compute = size_tier() == SizeTier::large ? DType::f32
+                                                         : *rc::gen::element(DType::f32, DType::bf16, DType::f16);
     // A width of at least 2 (language_model_scenario() says why), and of at
     // least 4 under float16: the block's two LayerNorms over 2 or 3 features
     // in float16 leave some row's deviation with a bound that reaches zero,

@@ -51,7 +51,7 @@ rc::Gen<ScenarioSpec> language_model_scenario();
 // heads of 1-9 columns; causal, or a quarter of the time bidirectional
 // where a padding token exists), after an MLP block half of the time in
 // float32, then the final LayerNorm and a head tied or not; otherwise as
-// language_model_scenario().
+// language_model_scenario(), but in float32 alone on the large tier.
 rc::Gen<ScenarioSpec> attention_scenario();
 // Linear, one or two BatchNorms, an activation; BatchNorm gets >= 2 values
 // per channel in every micro-batch; half of them checkpoint activations.
