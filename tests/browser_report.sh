@@ -117,12 +117,14 @@ for svg in "$work"/pass/plots/*.svg "$work"/fail/plots/*.svg; do
   python3 -c 'import sys, xml.etree.ElementTree as E; r = E.parse(sys.argv[1]).getroot(); sys.exit(0 if r.tag.endswith("svg") else 1)' \
     "$svg" 2>"$work/svg.err" || { fail "$svg is not well-formed SVG: $(head -1 "$work/svg.err")"; }
 done
-# A default report stays small: at most ~100 lines of Markdown, ~2.5 MB of
+# A default report stays small: at most ~110 lines of Markdown, ~2.8 MB of
 # HTML. Most of the HTML is one figure per scenario of the default suite
 # (60-110 kB of SVG each): 2.28 MB with the 22 scenarios of issue 38 (the
-# language models added two figures), over the 2.2 MB this held before.
-[ "$(wc -l <"$work/pass/report.md")" -le 100 ] || fail "report.md has more than 100 lines"
-[ "$(stat -c %s "$work/pass/report.html")" -le 2500000 ] || fail "report.html is larger than 2.5 MB"
+# language models added two figures), over the 2.2 MB this held before;
+# 2.62 MB and 103 lines with the 24 of issue 39 (the two attention
+# scenarios add a figure and a line each, its property a line).
+[ "$(wc -l <"$work/pass/report.md")" -le 110 ] || fail "report.md has more than 110 lines"
+[ "$(stat -c %s "$work/pass/report.html")" -le 2800000 ] || fail "report.html is larger than 2.8 MB"
 cp "$work/pass/report.html" "$artifacts/report_pass.html" 2>/dev/null
 cp "$work/fail/report.html" "$artifacts/report_fail.html" 2>/dev/null
 [ "$failures" = 0 ] && echo "browser report: all checks passed" || echo "browser report: $failures failure(s)"
