@@ -281,15 +281,56 @@ rc::Gen<ref::ProcedureConfig> procedure_config() {
   });
 }
 
+namespace {
+
+// The draws both language-model generators share: a causal language model
+// over padded sequences of a random vocabulary, with or without a padding
+// token. Plain functions called within rc::gen::exec, not generators of
+// their own (those would draw from a split stream): a seed gives the same
+// cases as before they were shared.
+ScenarioSpec language_model_opening(const char* name) {
+  ScenarioSpec s;
+  s.name = name;
+  s.model.token_input = true;
+  s.model.loss = ref::LossKind::causal_lm;
+  s.model.positions = *sequence_positions() + 1;
+  s.model.input_features = *rc::gen::inRange<long>(2, 61);
+  s.model.padding_token = *rc::gen::arbitrary<bool>() ? 0 : -1;
+  return s;
+}
+
+// The token embedding of `width` columns and, half of the time, a position
+// embedding of up to 2 spare positions.
+void push_token_embeddings(ScenarioSpec& s, long width) {
+  s.model.layers.push_back(layer_of("embedding", width));
+  if (*rc::gen::arbitrary<bool>())
+    s.model.layers.push_back(layer_of("position_embedding", s.model.positions + *rc::gen::inRange<long>(0, 3)));
+}
+
+// A pre-LN residual MLP block of a random inner width and activation.
+LayerSpec mlp_block(long width) {
+  return combinator_of("residual", {layer_of("layernorm"), layer_of("linear", *awkward_width()),
+                                    layer_of(*rc::gen::element("gelu", "gelu_erf", "relu")), layer_of("linear", width)});
+}
+
+ScenarioSpec language_model_closing(ScenarioSpec s) {
+  s.data = DataKind::padded_sequences;
+  s.split = *any_split();
+  if (*rc::gen::arbitrary<bool>()) s.procedure = *procedure_config();
+  s.procedure.staged = *rc::gen::arbitrary<bool>();
+  // As data collators pad: each micro-batch to its longest sample, to the
+  // window's longest, or every one to the positions.
+  s.procedure.padding = *rc::gen::element(ref::Padding::micro_batch, ref::Padding::window, ref::Padding::fixed);
+  if (s.precision.compute == DType::f16) s.procedure.loss_scaling.scale = std::ldexp(1.0, *rc::gen::inRange(0, 8));
+  s.seed = *seed();
+  return s;
+}
+
+}  // namespace
+
 rc::Gen<ScenarioSpec> language_model_scenario() {
   return rc::gen::exec([] {
-    ScenarioSpec s;
-    s.name = "generated language model";
-    s.model.token_input = true;
-    s.model.loss = ref::LossKind::causal_lm;
-    s.model.positions = *sequence_positions() + 1;
-    s.model.input_features = *rc::gen::inRange<long>(2, 61);
-    s.model.padding_token = *rc::gen::arbitrary<bool>() ? 0 : -1;
+    ScenarioSpec s = language_model_opening("generated language model");
     // A width of at least 2: a LayerNorm over one feature outputs its beta
     // on every row, and identical rows make the rounding errors of the
     // head's weight gradient identical rather than independent, as the
@@ -297,18 +338,14 @@ rc::Gen<ScenarioSpec> language_model_scenario() {
     // calibration's 0.5, at width 1 in bfloat16; the deterministic form
     // covers it).
     const long width = std::max<long>(2, *awkward_width());
-    s.model.layers.push_back(layer_of("embedding", width));
-    if (*rc::gen::arbitrary<bool>())
-      s.model.layers.push_back(layer_of("position_embedding", s.model.positions + *rc::gen::inRange<long>(0, 3)));
+    push_token_embeddings(s, width);
     // One block at most under 16-bit compute: with two, the bound on the
     // final LayerNorm's input can outgrow the row's deviation (lm_small_bf16
     // in the default suite says why), and the case decides nothing.
     s.precision.compute = *rc::gen::element(DType::f32, DType::bf16, DType::f16);
     const long blocks = *rc::gen::inRange<long>(0, s.precision.compute == DType::f32 ? 3 : 2);
     for (long b = 0; b < blocks; ++b)
-      s.model.layers.push_back(combinator_of(
-          "residual", {layer_of("layernorm"), layer_of("linear", *awkward_width()),
-                       layer_of(*rc::gen::element("gelu", "gelu_erf", "relu")), layer_of("linear", width)}));
+      s.model.layers.push_back(mlp_block(width));
     s.model.layers.push_back(layer_of("layernorm"));
     const bool tied = *rc::gen::arbitrary<bool>();
     s.model.layers.push_back(tied ? layer_of("tied_head") : layer_of("linear", s.model.input_features));
@@ -318,28 +355,13 @@ rc::Gen<ScenarioSpec> language_model_scenario() {
       s.model.head_chunk_rows = *rc::gen::inRange<long>(1, 21);
       s.model.head_chunk_vocabulary = *rc::gen::inRange<long>(1, s.model.input_features + 1);
     }
-    s.data = DataKind::padded_sequences;
-    s.split = *any_split();
-    if (*rc::gen::arbitrary<bool>()) s.procedure = *procedure_config();
-    s.procedure.staged = *rc::gen::arbitrary<bool>();
-    // As data collators pad: each micro-batch to its longest sample, to the
-    // window's longest, or every one to the positions.
-    s.procedure.padding = *rc::gen::element(ref::Padding::micro_batch, ref::Padding::window, ref::Padding::fixed);
-    if (s.precision.compute == DType::f16) s.procedure.loss_scaling.scale = std::ldexp(1.0, *rc::gen::inRange(0, 8));
-    s.seed = *seed();
-    return s;
+    return language_model_closing(std::move(s));
   });
 }
 
 rc::Gen<ScenarioSpec> attention_scenario() {
   return rc::gen::exec([] {
-    ScenarioSpec s;
-    s.name = "generated attention model";
-    s.model.token_input = true;
-    s.model.loss = ref::LossKind::causal_lm;
-    s.model.positions = *sequence_positions() + 1;
-    s.model.input_features = *rc::gen::inRange<long>(2, 61);
-    s.model.padding_token = *rc::gen::arbitrary<bool>() ? 0 : -1;
+    ScenarioSpec s = language_model_opening("generated attention model");
     // 16-bit compute on the small tier only: on the large one (widths of
     // 63-257) it leaves the token embedding's gradient without a finite
     // bound in a quarter of the cases (15 of 60 at seed 3, every one in
@@ -352,14 +374,10 @@ rc::Gen<ScenarioSpec> attention_scenario() {
     // and the case decides nothing (measured: every one of the 54 undecided
     // cases in 3,000 at seed 3 had width 2 or 3 in float16).
     const long width = std::max<long>(s.precision.compute == DType::f16 ? 4 : 2, *awkward_width());
-    s.model.layers.push_back(layer_of("embedding", width));
-    if (*rc::gen::arbitrary<bool>())
-      s.model.layers.push_back(layer_of("position_embedding", s.model.positions + *rc::gen::inRange<long>(0, 3)));
+    push_token_embeddings(s, width);
     // In float32, an MLP block before the attention block half of the time.
     if (s.precision.compute == DType::f32 && *rc::gen::arbitrary<bool>())
-      s.model.layers.push_back(combinator_of(
-          "residual", {layer_of("layernorm"), layer_of("linear", *awkward_width()),
-                       layer_of(*rc::gen::element("gelu", "gelu_erf", "relu")), layer_of("linear", width)}));
+      s.model.layers.push_back(mlp_block(width));
     // One attention block, with nothing after it but the final LayerNorm and
     // the head: behind a second block its bounds decide nothing about
     // attention's backward (docs/NUMERICS.md §3, "Attention"). A quarter of
@@ -373,14 +391,7 @@ rc::Gen<ScenarioSpec> attention_scenario() {
     s.model.layers.push_back(layer_of("layernorm"));
     s.model.layers.push_back(*rc::gen::arbitrary<bool>() ? layer_of("tied_head")
                                                           : layer_of("linear", s.model.input_features));
-    s.data = DataKind::padded_sequences;
-    s.split = *any_split();
-    if (*rc::gen::arbitrary<bool>()) s.procedure = *procedure_config();
-    s.procedure.staged = *rc::gen::arbitrary<bool>();
-    s.procedure.padding = *rc::gen::element(ref::Padding::micro_batch, ref::Padding::window, ref::Padding::fixed);
-    if (s.precision.compute == DType::f16) s.procedure.loss_scaling.scale = std::ldexp(1.0, *rc::gen::inRange(0, 8));
-    s.seed = *seed();
-    return s;
+    return language_model_closing(std::move(s));
   });
 }
 
