@@ -15,6 +15,7 @@
 #include "kernels/check.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/forwarding_backend.h"
+#include "reference/attention.h"
 #include "reference/layers.h"
 #include "reference/losses.h"
 #include "reference/optimizers.h"
@@ -258,6 +259,54 @@ TEST_P(BackendOps, DeterministicModeRepeatsBitwise) {
   }
   backend->set_deterministic(true);
   EXPECT_TRUE(backend->deterministic());
+}
+
+// Attention's backward rerun: deterministic mode (the default; on CUDA dQ
+// goes into one zeroed slice per key block, summed in slice order) gives
+// bitwise the same dQKV over 100 runs of the same inputs. With the mode off
+// (CUDA's dQ summed by atomicAdd across key blocks) the last bits may move
+// between runs but the result stays within the same bound. 257 positions
+// make several key blocks for any tile size, and head_dim 72 is the width
+// at which a dQ buffer zeroed to a multiple of 32 columns leaves a stale
+// tail (docs/BUGS.md B38). The second sample ends in padding.
+TEST_P(BackendOps, AttentionDeterministicModeRepeatsBitwiseOver100Runs) {
+  const long positions = 257, samples = 2, heads = 2, head_dim = 72, width = heads * head_dim;
+  const long rows = samples * positions;
+  AttentionConfig c;
+  c.heads = heads;
+  c.positions = positions;
+  c.causal = true;
+  c.padding_idx = 0;
+  Matrix<double> ids = Matrix<double>::Constant(rows, 1, 1.0);
+  for (long t = positions - positions / 3; t < positions; ++t) ids(positions + t, 0) = 0.0;
+  const auto qkv = random_matrix(rng, rows, 3 * width, 2.0 / std::sqrt(std::sqrt(static_cast<double>(head_dim))));
+  const auto dout = random_matrix(rng, rows, width);
+  const ref::AttentionShape shape{heads, positions, true, 0};
+  Matrix<Bounded> bounded_ids(rows, 1);
+  for (long r = 0; r < rows; ++r) bounded_ids(r, 0) = Bounded(ids(r, 0));
+  const Matrix<Bounded> expected = ref::attention_backward(shape, lift<Bounded>(qkv), &bounded_ids, lift<Bounded>(dout));
+  Tensor tqkv = put(qkv), tids = put(ids), tdout = put(dout);
+  Tensor o = empty(rows, width), row_max = empty(1, rows * heads), row_sum = empty(1, rows * heads);
+  backend->attention_forward(c, tqkv, tids, o, row_max, row_sum);
+  for (bool deterministic : {true, false}) {
+    SCOPED_TRACE(deterministic ? "deterministic" : "non-deterministic");
+    backend->set_deterministic(deterministic);
+    const int runs = deterministic ? 100 : 2;
+    std::vector<float> first;
+    for (int run = 0; run < runs; ++run) {
+      Tensor dqkv = empty(rows, 3 * width);
+      backend->attention_backward(c, tqkv, tids, o, tdout, row_max, row_sum, dqkv);
+      if (run == 0) {
+        expect_within_bound(dqkv, expected, "dqkv");
+        first = get(dqkv);
+      } else if (deterministic) {
+        ASSERT_EQ(get(dqkv), first) << "run " << run << " differs from run 0";
+      } else {
+        expect_within_bound(dqkv, expected, "dqkv, run " + std::to_string(run));
+      }
+    }
+  }
+  backend->set_deterministic(true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, BackendOps, ::testing::Values("cpu", "cuda"),
