@@ -14,7 +14,10 @@ records a loop over a model of Linear, ReLU, GELU (either form), LayerNorm,
 BatchNorm1d, GroupNorm and Dropout (p = 0, or in eval mode) layers, in a
 chain (an nn.Sequential) or joined by residuals, x + f(x), and concats,
 torch.cat([x, f(x)], dim=-1), nested as deep as they come: any module
-torch.fx traces into that form (ModelLayers). It reads what it can from
+torch.fx traces into that form (ModelLayers). A hand-written attention
+module (nanoGPT's CausalSelfAttention) is declared to be gradeq's op with
+declare_attention(module, heads), and the claim is checked numerically
+before anything is recorded (attention.py). It reads what it can from
 the objects themselves (the optimizer and its hyper-parameters, the split,
 the clip, the layers and their eps, the frozen parameters, the dtypes, the
 loss scaler) and refuses a scenario key that contradicts them.
@@ -35,14 +38,17 @@ loss scaler) and refuses a scenario key that contradicts them.
 Every refusal is a ValueError that names the module, tensor or setting.
 
 The parts: window_set (the format and WindowSetWriter), model_layers (the
-model read through torch.fx: ModelLayers and its tables), settings (the
+model read through torch.fx: ModelLayers and its tables), attention (the
+attention op's specification and its declaration), settings (the
 optimizer's settings) and recorder (TorchRecorder). Import them from here.
 """
 
+from .attention import attention_spec, declare_attention
 from .model_layers import MODELLED, ModelLayers, layers_of
 from .recorder import CLIP_EPSILON, TorchRecorder
 from .settings import optimizer_settings
 from .window_set import CONFIG_KEYS, FORMAT, IGNORE_CLASS, SCHEMA_VERSION, WindowSetWriter
 
 __all__ = ["CLIP_EPSILON", "CONFIG_KEYS", "FORMAT", "IGNORE_CLASS", "MODELLED", "ModelLayers", "SCHEMA_VERSION",
-           "TorchRecorder", "WindowSetWriter", "layers_of", "optimizer_settings"]
+           "TorchRecorder", "WindowSetWriter", "attention_spec", "declare_attention", "layers_of",
+           "optimizer_settings"]

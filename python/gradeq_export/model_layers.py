@@ -3,6 +3,8 @@ and its tables of modules, functions and block ends."""
 
 import operator
 
+from .attention import check_declared, declared, op_name, projections
+
 # gradeq's model (README "A config file") is a list of elements, each an op
 # ("linear:64", "gelu", ...) or a block that starts at a value x and runs a
 # branch f, itself such a list: {"residual": f} is x + f(x), {"concat": f}
@@ -18,7 +20,8 @@ import operator
 # refuses what gradeq's op does not compute.
 
 MODELLED = ("Linear, ReLU, GELU, LayerNorm, BatchNorm1d, GroupNorm, Dropout(p=0); Embedding of the token ids, "
-            "x + Embedding(torch.arange(T)) as a position embedding, a bias-free Linear tied to the token embedding")
+            "x + Embedding(torch.arange(T)) as a position embedding, a bias-free Linear tied to the token embedding, "
+            "a hand-written attention module declared with gradeq_export.declare_attention")
 
 
 def _where(name, m):
@@ -319,13 +322,16 @@ class ModelLayers:
         class Tracer(fx.Tracer):
             # A subclass of a layer gradeq models (a Linear whose forward is a
             # kernel under test) is that layer: verify judges its numbers.
+            # A module declared to be the attention op is one node, checked
+            # against the op as a whole (attention.py).
             def is_leaf_module(self, m, qualified_name):
-                return isinstance(m, leaves) or super().is_leaf_module(m, qualified_name)
+                return isinstance(m, leaves) or declared(m) is not None or super().is_leaf_module(m, qualified_name)
 
         try:
             graph = _trace_with_arange(Tracer(), model, torch, fx)
         except Exception as e:  # data-dependent control flow and the like
-            raise ValueError("the model cannot be traced by torch.fx into gradeq's layers: %s" % e) from None
+            raise ValueError("the model cannot be traced by torch.fx into gradeq's layers (a hand-written attention "
+                             "module is one gradeq_export.declare_attention declares): %s" % e) from None
         self._named_modules = dict(model.named_modules())
         self.names, self.torch_of = {}, {}
         # Per op, depth-first: the module's name (or the function's node) and gradeq's op.
@@ -414,6 +420,9 @@ class ModelLayers:
                 end = max(ends, key=self._order.get)  # the outermost block: its end is computed last
                 elements.append(self._block(value, end, excluded + (end,), at % len(elements)))
                 value = end
+            elif len(users) == 1 and self._declared_attention(users[0]):
+                elements.extend(self._attention(users[0], value, at, len(elements)))
+                value = users[0]
             elif len(users) == 1:
                 op = self._op(users[0], value, at % len(elements))
                 if op is not None:
@@ -502,6 +511,39 @@ class ModelLayers:
         self._visited.add(end)
         self.width = block.width(self, end, width, self.width)
         return {block.kind: branch}
+
+    def _declared_attention(self, node):
+        return node.op == "call_module" and declared(self._named_modules[node.target]) is not None
+
+    def _attention(self, node, value, at, first):
+        """A module declared to be attention (attention.py): its QKV
+        projection, the op, its output projection, as elements first,
+        first + 1 and first + 2 under `at`; the declaration checked on
+        probe inputs first."""
+        name, m = node.target, self._named_modules[node.target]
+        decl = declared(m)
+        if node.all_input_nodes != [value]:
+            raise ValueError("%s reads %s, not '%s' alone: a declared attention module reads one value" % (
+                _node(node), _quoted(node.all_input_nodes), value.name))
+        (qkv_name, qkv), (out_name, out) = projections(name, m)
+        if self.width[0] == 0 and self.width[1] != qkv.in_features:
+            raise ValueError("%s: its QKV projection '%s' takes %d features, the value it reads has %d"
+                             % (_where(name, m), qkv_name, qkv.in_features, self.width[1]))
+        check_declared(name, m)
+        if name in self._used:
+            raise ValueError("module '%s' is used twice: shared (tied) layers are not modelled yet" % name)
+        self._used.add(name)
+        ops = ["linear:%d" % qkv.out_features, op_name(decl), "linear:%d" % out.out_features]
+        for index, child in ((first, qkv_name), (first + 2, out_name)):
+            for pname in ("weight", "bias"):
+                torch_name, gradeq_name = "%s.%s.%s" % (name, child, pname), "%s.%s" % (at % index, pname)
+                self.names[torch_name] = gradeq_name
+                self.torch_of[gradeq_name] = torch_name
+        self.modules += ["%s.%s" % (name, qkv_name), name, "%s.%s" % (name, out_name)]
+        self.kinds += ops
+        self.width = (0, out.out_features)
+        self._visited.add(node)
+        return ops
 
     def _op(self, node, value, prefix):
         """The op `node` computes from `value` alone (None: the identity);

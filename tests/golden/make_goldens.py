@@ -18,6 +18,10 @@ import torch
 import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The attention op's specification, which the exporter also checks declared
+# attention modules against: nanoGPT's hand-written core.
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+from gradeq_export.attention import attention_spec  # noqa: E402
 
 
 def activation(name, fn, rows=4, cols=6, seed=3):
@@ -134,28 +138,6 @@ def tied_lm(vocabulary=11, width=6, hidden=8, positions=5, seed=7):
     return lm_window("tied_lm", LM(), g, vocabulary, positions, layers, names)
 
 
-def attention_core(qkv, ids, heads, causal, padding_token):
-    """Multi-head self-attention written by hand, as nanoGPT's
-    CausalSelfAttention after its c_attn: split, views and transposes, the
-    scores scaled by 1/sqrt(d), masked_fill with -inf where a key is not
-    seen (above the diagonal; a padding key), softmax, P V, heads merged."""
-    samples, positions, three_width = qkv.shape
-    width = three_width // 3
-    d = width // heads
-    q, k, v = qkv.split(width, dim=2)
-    q = q.view(samples, positions, heads, d).transpose(1, 2)
-    k = k.view(samples, positions, heads, d).transpose(1, 2)
-    v = v.view(samples, positions, heads, d).transpose(1, 2)
-    att = (q @ k.transpose(-2, -1)) * (1.0 / d ** 0.5)
-    seen = (ids != padding_token).view(samples, 1, 1, positions).expand(samples, 1, positions, positions)
-    if causal:
-        seen = seen & torch.tril(torch.ones(positions, positions, dtype=torch.bool)).view(1, 1, positions, positions)
-    att = att.masked_fill(~seen, float("-inf"))
-    att = F.softmax(att, dim=-1)
-    y = att @ v
-    return y.transpose(1, 2).contiguous().view(samples, positions, width)
-
-
 def attention(name, causal, samples=3, positions=5, heads=2, d=3, seed=11):
     """The attention core alone: qkv [rows, 3 D] (float32-representable, as
     a stored value), token ids whose padding (id 0) keys are masked."""
@@ -167,7 +149,7 @@ def attention(name, causal, samples=3, positions=5, heads=2, d=3, seed=11):
     ids[1, 3:] = 0
     ids[2, 4:] = 0
     dy = torch.randn(samples, positions, width, generator=g, dtype=torch.float64)
-    y = attention_core(qkv, ids, heads, causal, 0)
+    y = attention_spec(qkv, heads, causal, ids, 0)
     (y * dy).sum().backward()
     return {"op": name, "torch": torch.__version__, "dtype": "float64", "heads": heads, "positions": positions,
             "causal": causal, "padding_token": 0, "qkv": listed(qkv.reshape(-1, 3 * width)),
@@ -177,7 +159,8 @@ def attention(name, causal, samples=3, positions=5, heads=2, d=3, seed=11):
 
 def gpt_small(vocabulary=11, width=8, heads=2, hidden=12, positions=5, seed=13):
     """A window of a small GPT: token and position embeddings, a pre-LN
-    block of causal self-attention (c_attn, the hand-written core, c_proj)
+    block of causal self-attention (c_attn, the hand-written core of
+    python/gradeq_export/attention.py, c_proj)
     and one of an MLP, the final LayerNorm and a tied head; labels shifted
     inside the loss, whose sum is divided by the count of shifted labels.
     Padding (id 0) is masked as a key. Parameters and gradients under
@@ -203,7 +186,7 @@ def gpt_small(vocabulary=11, width=8, heads=2, hidden=12, positions=5, seed=13):
 
         def forward(self, idx):
             x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
-            x = x + self.c_proj(attention_core(self.c_attn(self.ln_1(x)), idx, heads, True, 0))
+            x = x + self.c_proj(attention_spec(self.c_attn(self.ln_1(x)), heads, True, idx, 0))
             x = x + self.proj(self.act(self.fc(self.ln_2(x))))
             return self.lm_head(self.ln_f(x))
 
