@@ -118,6 +118,16 @@ void BM_BiasGradient(benchmark::State& state) {
   cuda_op(state, "linear_backward_weight", {state.range(0), 1, state.range(1)}, DType::f32, state.range(2) != 0);
 }
 
+// Attention's forward and backward: samples x positions, two heads of
+// head_dim columns, deterministic (dQ per key block, summed in order) or
+// not (atomicAdd across key blocks). Validated first (its counter
+// natural_order_ratio: the kernel's error over the host's plain form's,
+// FlashAttention's ratio), at a size the float64 reference does in seconds.
+void BM_Attention(benchmark::State& state) {
+  cuda_op(state, "attention", {state.range(0), state.range(1), state.range(2)}, static_cast<DType>(state.range(3)),
+          state.range(4) != 0);
+}
+
 constexpr long kF32 = static_cast<long>(DType::f32), kBf16 = static_cast<long>(DType::bf16);
 
 BENCHMARK(BM_CeilingDeviceCopy)->Arg(1 << 26)->UseManualTime();
@@ -127,6 +137,8 @@ BENCHMARK(BM_WeightGradient)->ArgNames({"rows", "in", "out", "dtype"})->Args({81
 BENCHMARK(BM_MultiTensorAccumulate)->ArgNames({"elements", "src_dtype", "kahan"})->Args({1 << 26, kF32, 0})
     ->Args({1 << 26, kBf16, 0})->Args({1 << 26, kF32, 1})->UseManualTime();
 BENCHMARK(BM_GlobalNorm)->Arg(1 << 26)->UseManualTime();
+BENCHMARK(BM_Attention)->ArgNames({"samples", "positions", "head_dim", "dtype", "deterministic"})
+    ->Args({4, 256, 64, kBf16, 1})->Args({4, 256, 64, kBf16, 0})->Args({4, 256, 72, kF32, 1})->UseManualTime();
 BENCHMARK(BM_BiasGradient)->ArgNames({"rows", "cols", "deterministic"})->Args({1 << 16, 1024, 1})
     ->Args({1 << 16, 1024, 0})->UseManualTime();
 

@@ -144,6 +144,13 @@ void BM_Accumulate(benchmark::State& state) {
   host_op(state, state.range(1) != 0 ? "accumulate_kahan" : "accumulate", {state.range(0) / 4, 1, 4});
 }
 
+// Attention's forward and backward on the host, the plain form: samples x
+// positions, two heads of head_dim columns. Its validation reports
+// natural_order_ratio, 1 here by construction (the plain form is the host's).
+void BM_Attention(benchmark::State& state) {
+  host_op(state, "attention", {state.range(0), state.range(1), state.range(2)});
+}
+
 // rows x in x out: a square layer, a transformer MLP's up-projection (1024
 // tokens, 768 -> 3072), a tall narrow one.
 const std::vector<std::vector<long>> kGemmShapes = {{256, 256, 256}, {1024, 768, 3072}, {8192, 64, 64}};
@@ -164,6 +171,7 @@ void gemm_ceiling_shapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_CeilingStreamTriad)->Arg(kStreamElements)->Repetitions(3);
 BENCHMARK(BM_CeilingGemmFloat32)->Apply(gemm_ceiling_shapes);
 BENCHMARK(BM_WeightGradientGemm)->Apply(gemm_shapes);
+BENCHMARK(BM_Attention)->ArgNames({"samples", "positions", "head_dim"})->Args({2, 128, 64});
 BENCHMARK(BM_Accumulate)->ArgNames({"elements", "kahan"})->Args({kStreamElements, 0})->Args({kStreamElements, 1});
 
 }  // namespace

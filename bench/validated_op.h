@@ -31,6 +31,8 @@ void validated_op(benchmark::State& state, Backend& backend, const std::string& 
   if (prepared->bytes > 0 && prepared->flops == 0)
     state.counters["bytes_per_s"] = benchmark::Counter(prepared->bytes, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["validated_worst_ratio"] = benchmark::Counter(verdict.worst_ratio);
+  if (verdict.natural_order_ratio)  // attention: FlashAttention's ratio, a diagnostic
+    state.counters["natural_order_ratio"] = benchmark::Counter(*verdict.natural_order_ratio);
 }
 
 }  // namespace gradeq::bench

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,12 @@ struct OpVerdict {
   bool passed = true;
   std::string message;       // the first element outside its bound, or why there is nothing to check
   double worst_ratio = 0.0;  // largest |kernel - reference| / bound over every output
+  // A diagnostic, not a verdict, for ops that have a plain form (attention):
+  // FlashAttention's ratio, max |kernel - reference| over max |plain -
+  // reference|, where `plain` is the same math in the same dtype in natural
+  // order (the host kernel); the largest over the outputs. Absent for other
+  // ops, and where the plain form is exact.
+  std::optional<double> natural_order_ratio;
 };
 
 // One op prepared on a backend: inputs uploaded, outputs allocated.

@@ -5,6 +5,7 @@
 // bound, and the release of every tensor. Private to the op table.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -39,6 +40,9 @@ struct Expectation {
   Matrix<Bounded> expected;
   const Tensor* tensor = nullptr;
   std::vector<double> actual;
+  // The same math in the op's dtype in natural order (the host kernel's
+  // plain form), for OpVerdict::natural_order_ratio; empty: none.
+  std::vector<double> natural;
   // Set only where an all-zero expectation can still fail: the output was
   // seeded with non-zero values before the op ran (zero()).
   bool zero_allowed = false;
@@ -149,6 +153,16 @@ class TableOp : public PreparedOp {
       if (static_cast<long>(actual.size()) != x.expected.size()) {
         fail(x.name + ": " + std::to_string(actual.size()) + " values, expected " + std::to_string(x.expected.size()));
         continue;
+      }
+      if (!x.natural.empty() && static_cast<long>(x.natural.size()) == x.expected.size()) {
+        double kernel_error = 0.0, natural_error = 0.0;
+        for (long i = 0; i < x.expected.size(); ++i) {
+          const double e = x.expected.data()[i].value;
+          kernel_error = std::max(kernel_error, std::abs(actual[static_cast<std::size_t>(i)] - e));
+          natural_error = std::max(natural_error, std::abs(x.natural[static_cast<std::size_t>(i)] - e));
+        }
+        if (natural_error > 0.0)
+          verdict.natural_order_ratio = std::max(verdict.natural_order_ratio.value_or(0.0), kernel_error / natural_error);
       }
       double nonzero = 0.0;
       for (long i = 0; i < x.expected.size(); ++i) {
