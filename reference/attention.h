@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "reference/bounded.h"
@@ -95,6 +96,23 @@ Softmax<T> head_softmax(const HeadBlock<T>& b, const std::vector<std::vector<boo
   return out;
 }
 
+// A value zero in exact arithmetic, with its kernel error kept: dS on a row
+// that sees one key, where p = 1 and o = v, so dP - D = 0 exactly. float64
+// computes dP and D as two sums in their own orders (the GEMM's, the
+// row's), which leave it at 0 or +-1e-19 as the orders fall; a kernel that
+// orders them alike gets 0 and one that does not a rounding, which the
+// kernel error covers.
+template <class T>
+T exactly_zero(T x) {
+  if constexpr (std::is_same_v<T, Bounded>) {
+    x.value = 0.0;
+    x.reference = 0.0;
+    return x;
+  } else {
+    return T(0.0);
+  }
+}
+
 template <class T>
 Matrix<T> scaled(Matrix<T>&& m, const T& c) {
   for (long i = 0; i < m.size(); ++i) m.data()[i] = m.data()[i] * c;
@@ -140,8 +158,12 @@ Matrix<T> attention_backward(const AttentionShape& s, const Matrix<T>& qkv, cons
         // D = do . o enters every ds of the row: shared. Its o is the
         // stored output, so that o's own error is carried into D.
         const T big_d = shared(reduce<T>(d, [&](long e) { return g(i, e) * o(i, e); }));
+        const long keys = std::count(seen[i].begin(), seen[i].end(), true);
         for (long j = 0; j < n; ++j)
-          if (seen[i][j]) ds(i, j) = store(sm.p(i, j) * (dp(i, j) - big_d), Storage::compute);
+          if (seen[i][j]) {
+            ds(i, j) = store(sm.p(i, j) * (dp(i, j) - big_d), Storage::compute);
+            if (keys == 1) ds(i, j) = detail::exactly_zero(ds(i, j));
+          }
       }
       dqkv.block(first, h * d, n, d) = stored(detail::scaled(gemm(ds, b.k), scale), Storage::compute);
       dqkv.block(first, width + h * d, n, d) =
