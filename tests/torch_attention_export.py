@@ -165,9 +165,9 @@ def verified():
             (True, True, True, "the correct GPT loop, right-padded sequences"),
             (False, True, False, "bidirectional, no key-padding mask, padded sequences (B40's math)"),
             (False, False, True, "bidirectional, no key-padding mask, no padding")):
-        directory = tempfile.mkdtemp(prefix="gradeq_attention_")
-        record(directory, causal, padded)
-        p = subprocess.run([GRADEQ, "verify", directory], capture_output=True, text=True)
+        with tempfile.TemporaryDirectory(prefix="gradeq_attention_") as directory:
+            record(directory, causal, padded)
+            p = subprocess.run([GRADEQ, "verify", directory], capture_output=True, text=True)
         print(p.stdout.strip().splitlines()[-1] if p.stdout.strip() else p.stderr)
         if passes:
             check(p.returncode == 0, "%s: gradeq verify exits 0 (got %d)" % (what, p.returncode))
