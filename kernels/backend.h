@@ -58,6 +58,23 @@ struct AttentionConfig {
   long padding_idx = -1;    // keys whose token id is this are masked (< 0: none)
 };
 
+// A 2-D convolution (PyTorch's nn.Conv2d) over images stored one sample
+// per row in NCHW order: x [samples, C_in H W], y [samples, C_out H_out
+// W_out], w [C_out, C_in/groups k k], b [1, C_out] (kernels/backend_ops.def:
+// conv2d_forward).
+struct Conv2dConfig {
+  long in_channels = 1, height = 1, width = 1;
+  long out_channels = 1, kernel = 1, stride = 1, padding = 0, dilation = 1, groups = 1;
+
+  GRADEQ_HD long out_height() const { return (height + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1; }
+  GRADEQ_HD long out_width() const { return (width + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1; }
+  GRADEQ_HD long in_per_group() const { return in_channels / groups; }
+  GRADEQ_HD long out_per_group() const { return out_channels / groups; }
+  GRADEQ_HD long taps() const { return in_per_group() * kernel * kernel; }  // a weight row
+  GRADEQ_HD long in_size() const { return in_channels * height * width; }
+  GRADEQ_HD long out_size() const { return out_channels * out_height() * out_width(); }
+};
+
 enum class OptimizerKind { sgd, adam, adamw };
 
 // One optimizer step's constants, as float32. Everything derived from the

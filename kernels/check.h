@@ -116,6 +116,27 @@ inline void require_attention(const AttentionConfig& c, const Tensor& qkv, const
   }
 }
 
+// conv2d_*: a configuration PyTorch would run (channels, kernel, stride,
+// dilation, groups >= 1, padding >= 0, groups dividing both channel
+// counts, the kernel's reach within the padded input); x (or dx) [rows,
+// C_in H W], y (or dy) [rows, C_out H_out W_out], w (or dw) [C_out, C_in /
+// groups k k], b (or db) empty or [1, C_out].
+inline void require_conv2d(const Conv2dConfig& c, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y,
+                           const char* op) {
+  const long reach = c.dilation * (c.kernel - 1) + 1;
+  GRADEQ_REQUIRE(c.in_channels > 0 && c.height > 0 && c.width > 0 && c.out_channels > 0 && c.kernel > 0 &&
+                     c.stride > 0 && c.padding >= 0 && c.dilation > 0 && c.groups > 0 &&
+                     c.in_channels % c.groups == 0 && c.out_channels % c.groups == 0 &&
+                     c.height + 2 * c.padding >= reach && c.width + 2 * c.padding >= reach,
+                 std::string(op) + ": not a convolution PyTorch would run (channels " + std::to_string(c.in_channels) +
+                     " -> " + std::to_string(c.out_channels) + ", kernel " + std::to_string(c.kernel) + ", groups " +
+                     std::to_string(c.groups) + " on " + std::to_string(c.height) + "x" + std::to_string(c.width) + ")");
+  require_shape(x, x.rows, c.in_size(), op);
+  require_shape(y, x.rows, c.out_size(), op);
+  require_shape(w, c.out_channels, c.taps(), op);
+  if (!b.empty()) require_bias(b, c.out_channels, op);
+}
+
 // The preconditions of the list ops, checked alike by every backend: the
 // lists pair up, shapes agree, a compensation buffer has its buffer's dtype.
 inline void require_accumulate_lists(std::span<const Tensor> dst, std::span<const Tensor> src,

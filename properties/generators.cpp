@@ -32,7 +32,7 @@ rc::Gen<long> group_count(long channels) {
 }
 
 LayerSpec drawn_layer(const OpRecord* op, long width) {
-  return {op, op->argument().empty() ? 0 : *group_count(width), {}};
+  return {op, op->argument().empty() ? 0 : *group_count(width), {}, {}};
 }
 
 LayerSpec drawn_layer(const std::string& name, long width) { return drawn_layer(op_named(name), width); }

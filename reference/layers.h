@@ -63,7 +63,16 @@ class RowSum {
   // += a b over the rows: a [m, rows] (dy^T), b [rows, p], read as gemm()
   // reads them.
   void add_product(const Matrix<T>& a, const Matrix<T>& b) {
-    with_gemm_operands(a, b, [this](const Matrix<T>& x, const Matrix<T>& y) { add_operands(x, y); });
+    with_gemm_operands(a, b, [this](const Matrix<T>& x, const Matrix<T>& y) { add_operands(product_, x, y); });
+  }
+  // += a b into block g of `groups` row blocks, each a product of its own
+  // (a grouped convolution's weight gradient). One group is add_product.
+  void add_product_block(long g, long groups, const Matrix<T>& a, const Matrix<T>& b) {
+    if (groups == 1) return add_product(a, b);
+    if (blocks_.empty()) blocks_.resize(static_cast<std::size_t>(groups));
+    with_gemm_operands(a, b, [&](const Matrix<T>& x, const Matrix<T>& y) {
+      add_operands(blocks_.at(static_cast<std::size_t>(g)), x, y);
+    });
   }
   // += term(r, c) over rows r, for each column c.
   template <class F>
@@ -100,6 +109,25 @@ class RowSum {
       }
       return out;
     }
+    if (!blocks_.empty()) {
+      std::vector<Matrix<T>> parts;
+      long rows = 0;
+      for (Product& p : blocks_) {
+        if constexpr (std::is_same_v<T, Bounded>) {
+          parts.push_back(p->decide());
+        } else {
+          parts.push_back(std::move(p));
+        }
+        rows += parts.back().rows();
+      }
+      Matrix<T> out(rows, parts[0].cols());
+      long at = 0;
+      for (const Matrix<T>& p : parts) {
+        out.middleRows(at, p.rows()) = p;
+        at += p.rows();
+      }
+      return out;
+    }
     if constexpr (std::is_same_v<T, Bounded>) {
       if (product_) return product_->decide();
     } else {
@@ -120,18 +148,18 @@ class RowSum {
   using Column = std::conditional_t<std::is_same_v<T, Bounded>, SumOfTerms, double>;
   using Product = std::conditional_t<std::is_same_v<T, Bounded>, std::optional<ProductSums>, Matrix<double>>;
 
-  void add_operands(const Matrix<T>& a, const Matrix<T>& b) {
+  static void add_operands(Product& product, const Matrix<T>& a, const Matrix<T>& b) {
     if constexpr (std::is_same_v<T, Bounded>) {
-      if (product_) {
-        product_->add(a, b);
+      if (product) {
+        product->add(a, b);
       } else {
-        product_.emplace(a, b);
+        product.emplace(a, b);
       }
     } else {
-      if (product_.size() > 0) {
-        product_ += matmul(a, b);
+      if (product.size() > 0) {
+        product += matmul(a, b);
       } else {
-        product_ = matmul(a, b);
+        product = matmul(a, b);
       }
     }
   }
@@ -144,6 +172,7 @@ class RowSum {
   }
 
   Product product_;
+  std::vector<Product> blocks_;
   std::vector<Column> columns_;
   long keys_ = 0;
   std::vector<Column> keyed_;

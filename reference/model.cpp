@@ -11,6 +11,23 @@ namespace {
 // messages name it.
 std::string place(const std::string& prefix) { return prefix.substr(5); }
 
+// A layer's options in the op's order, each given or at its default.
+std::vector<long> resolved_options(const Op& op, long argument, const std::vector<long>& given) {
+  const std::vector<OptionInfo> info = op.options();
+  if (!given.empty() && given.size() != info.size())
+    throw std::invalid_argument(": it takes " + std::to_string(info.size()) + " options, given " +
+                                std::to_string(given.size()));
+  std::vector<long> out;
+  for (std::size_t i = 0; i < info.size(); ++i) {
+    const long v = given.empty() ? info[i].default_value : given[i];
+    out.push_back(v == kSameAsArgument ? argument : v);
+    if (out.back() < info[i].minimum)
+      throw std::invalid_argument(": its " + std::string(info[i].name) + " must be >= " +
+                                  std::to_string(info[i].minimum) + ", got " + std::to_string(out.back()));
+  }
+  return out;
+}
+
 class Resolver {
  public:
   explicit Resolver(Model& m) : m_(m) {}
@@ -46,18 +63,21 @@ class Resolver {
     n.prefix = prefix;
     for (std::size_t v : inputs) {
       n.in_widths.push_back(m_.widths[v]);
+      n.in_images.push_back(m_.images[v]);
       ++m_.consumers[v];
     }
     try {
-      l.op->check(l.argument, n.in_widths);
+      n.options = resolved_options(*l.op, l.argument, l.options);
+      l.op->check_node(n);
       l.op->check_spec(l.argument, m_.spec);
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(where + e.what());
     }
-    n.out_width = l.op->output_width(l.argument, n.in_widths);
+    n.out_width = l.op->node_output_width(n);
+    n.out_image = l.op->output_image(n);
     const long index = static_cast<long>(m_.nodes.size());
     n.first_parameter = static_cast<long>(m_.parameters.size());
-    for (const TensorInfo& t : l.op->parameters(l.argument, n.in_widths))
+    for (const TensorInfo& t : l.op->node_parameters(n))
       m_.parameters.push_back({prefix + "." + t.name, index, t.rows, t.cols, t.init, t.start});
     n.parameters = static_cast<long>(m_.parameters.size()) - n.first_parameter;
     if (l.op->ties_token_embedding()) tie(n, where);
@@ -67,6 +87,7 @@ class Resolver {
     n.buffers = static_cast<long>(m_.buffers.size()) - n.first_buffer;
     n.output_value = m_.widths.size();
     m_.widths.push_back(n.out_width);
+    m_.images.push_back(n.out_image);
     m_.consumers.push_back(0);
     m_.nodes.push_back(std::move(n));
     return m_.nodes.back().output_value;
@@ -97,7 +118,7 @@ void describe_layers(std::ostream& os, const std::vector<LayerSpec>& layers) {
   for (std::size_t j = 0; j < layers.size(); ++j) {
     const LayerSpec& l = layers[j];
     if (j > 0) os << "-";
-    os << (l.op ? l.op->describe(l.argument) : std::string("?"));
+    os << (l.op ? l.op->describe(l.argument, l.options) : std::string("?"));
     if (!l.body.empty()) {
       os << "[";
       describe_layers(os, l.body);
@@ -108,14 +129,41 @@ void describe_layers(std::ostream& os, const std::vector<LayerSpec>& layers) {
 
 }  // namespace
 
+std::string describe(const ImageShape& image) {
+  return std::to_string(image.channels) + "x" + std::to_string(image.height) + "x" + std::to_string(image.width);
+}
+
+std::string Op::describe(long argument, std::span<const long> opts) const {
+  std::string out = describe(argument);
+  const std::vector<OptionInfo> info = options();
+  std::string more;
+  for (std::size_t i = 0; i < info.size() && i < opts.size(); ++i) {
+    const long fallback = info[i].default_value == kSameAsArgument ? argument : info[i].default_value;
+    if (info[i].positional || opts[i] != fallback)
+      more += ", " + std::string(info[i].name) + " " + std::to_string(opts[i]);
+  }
+  if (more.empty()) return out;
+  if (!out.empty() && out.back() == ')') return out.substr(0, out.size() - 1) + more + ")";
+  return out + "(" + more.substr(2) + ")";
+}
+
 Model::Model(const ModelSpec& s) : spec(s) {
   if (s.input_features < 1) throw std::invalid_argument("model: input features must be >= 1");
   if (s.positions < 1) throw std::invalid_argument("model: positions per sample must be >= 1");
+  if (s.image.is_image()) {
+    if (s.image.height < 1 || s.image.width < 1 || s.token_input)
+      throw std::invalid_argument("model: an image input has channels, height and width >= 1, and no token ids");
+    if (s.image.size() != s.input_features || s.positions != 1)
+      throw std::invalid_argument("model: an image input of " + ref::describe(s.image) +
+                                  " is one row of C H W = " + std::to_string(s.image.size()) +
+                                  " features per sample (positions 1)");
+  }
   if (!(s.norm_eps > 0.0)) throw std::invalid_argument("model: norm eps must be > 0");
   if (!(s.bn_momentum >= 0.0 && s.bn_momentum <= 1.0))
     throw std::invalid_argument("model: batchnorm momentum must be in [0, 1]");
   if (s.layers.empty()) throw std::invalid_argument("model: it has no layers");
   widths.push_back(s.input_features);
+  images.push_back(s.image);
   consumers.push_back(0);
   Resolver(*this).resolve(s.layers, "", 0, true);
   block_starts.push_back(nodes.size());
@@ -168,6 +216,7 @@ std::string describe(const ModelSpec& spec) {
   describe_layers(os, spec.layers);
   os << " -> " << loss_name(spec.loss);
   if (spec.positions > 1) os << ", " << spec.positions << " positions/sample";
+  if (spec.image.is_image()) os << ", images " << describe(spec.image);
   if (spec.head_chunk_rows > 0)
     os << ", head in chunks of " << spec.head_chunk_rows << " rows x " << spec.head_chunk_vocabulary << " columns";
   return os.str();

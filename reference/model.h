@@ -26,6 +26,7 @@ struct LayerSpec {
   const Op* op = nullptr;
   long argument = 0;
   std::vector<LayerSpec> body;
+  std::vector<long> options;  // the op's options(), in its order (empty: every one at its default)
 };
 
 struct ModelSpec {
@@ -36,6 +37,9 @@ struct ModelSpec {
   bool token_input = false;
   long padding_token = -1;  // the id of padded positions (an embedding's padding_idx); < 0: none
   long positions = 1;  // rows per sample
+  // An image input (channels > 0): each sample one row of C H W columns
+  // (ImageShape), input_features their count and positions 1.
+  ImageShape image;
   std::vector<LayerSpec> layers;
   LossKind loss = LossKind::mse;
   // The tied head and its cross-entropy in chunks (a fused linear
@@ -72,6 +76,7 @@ struct Model {
   ModelSpec spec;
   std::vector<Node> nodes;
   std::vector<long> widths;          // per value
+  std::vector<ImageShape> images;    // per value (channels 0: not an image)
   std::vector<long> consumers;       // per value: the node inputs that read it
   std::vector<ParameterInfo> parameters, buffers;
   std::vector<std::size_t> block_starts;

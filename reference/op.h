@@ -37,11 +37,38 @@ struct TensorInfo {
   double start = 0.0;
 };
 
+// An image value: channels x height x width per sample, stored as one row
+// of C H W columns in PyTorch's NCHW order (channel c's plane is columns
+// [c H W, (c + 1) H W)). channels 0: the value is not an image.
+struct ImageShape {
+  long channels = 0, height = 0, width = 0;
+  bool is_image() const { return channels > 0; }
+  long plane() const { return height * width; }
+  long size() const { return channels * plane(); }
+  bool operator==(const ImageShape&) const = default;
+};
+std::string describe(const ImageShape& image);  // "16x32x32"
+
+// An option an op takes after its argument, in the config's layer text
+// ("conv2d:16:3:stride=2:padding=1"): the positional ones in order, then
+// the others as key=value in any order. An option left out takes its
+// default; kSameAsArgument: the op's argument (a pool's stride).
+struct OptionInfo {
+  std::string_view name;
+  long default_value = 0;
+  bool positional = false;
+  long minimum = 0;
+};
+inline constexpr long kSameAsArgument = -1;
+
 // One node of a resolved model: an op applied to values of the model
 // (value 0 is the model's input; node n writes value n + 1).
 struct Node {
   const Op* op = nullptr;
   long argument = 0;                 // the op's config argument ("linear:8": 8); 0 where it takes none
+  std::vector<long> options;         // the op's options(), in its order, defaults filled in
+  std::vector<ImageShape> in_images;  // of the inputs (channels 0 where one is not an image)
+  ImageShape out_image;              // of the output
   std::vector<std::size_t> inputs;   // values read: one, or two for a combinator (x, then the branch's output)
   std::string prefix;                // the parameters' prefix: "layer3", "layer1.0"
   std::vector<long> in_widths;       // of the inputs
@@ -95,6 +122,9 @@ class Op {
   virtual std::string describe(long argument) const {
     return argument > 0 ? std::string(name()) + "(" + std::to_string(argument) + ")" : std::string(name());
   }
+  // With its options: "conv2d(16, kernel 3, stride 2)", those at their
+  // default left out.
+  std::string describe(long argument, std::span<const long> opts) const;
   // What the argument after ':' is ("output features", "groups"); empty
   // where the op takes none.
   virtual std::string_view argument() const { return {}; }
@@ -112,6 +142,21 @@ class Op {
     return {};
   }
   virtual std::vector<TensorInfo> buffers(long /*argument*/, std::span<const long> /*in_widths*/) const { return {}; }
+  // The options it takes after its argument (OptionInfo); none by default.
+  virtual std::vector<OptionInfo> options() const { return {}; }
+  // The node's shape rules, where they read more than the argument and the
+  // widths (its options, its input's image): by default the three above.
+  // An op that reads its input as an image (a convolution, a pool)
+  // overrides these and output_image().
+  virtual void check_node(const Node& n) const { check(n.argument, n.in_widths); }
+  virtual long node_output_width(const Node& n) const { return output_width(n.argument, n.in_widths); }
+  virtual std::vector<TensorInfo> node_parameters(const Node& n) const { return parameters(n.argument, n.in_widths); }
+  // The output's image: by default the first input's, where the output
+  // has its width (an element-wise op, a normalizer, a residual block);
+  // otherwise none.
+  virtual ImageShape output_image(const Node& n) const {
+    return !n.in_images.empty() && n.in_images[0].size() == n.out_width ? n.in_images[0] : ImageShape{};
+  }
   // A normalizer (it has statistics groups: norm_shape).
   virtual bool normalizes() const { return false; }
   // A normalizer's statistics groups; nullopt for every other op.

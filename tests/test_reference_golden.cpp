@@ -3,6 +3,7 @@
 // where eps goes, ignore_index, PyTorch's SGD).
 #include "harness/core/ops/registry.h"
 #include "reference/attention.h"
+#include "reference/conv.h"
 #include "reference/layers.h"
 #include "reference/losses.h"
 #include "reference/model.h"
@@ -26,6 +27,33 @@ TEST(ReferenceGolden, Linear) {
   expect_matches_golden(grads.dx, matrix(g["dx"]), "dx");
   expect_matches_golden(grads.dw, matrix(g["dweight"]), "dweight");
   expect_matches_golden(grads.db, matrix(g["dbias"]), "dbias");
+}
+
+// nn.Conv2d: a 3x3 halo on an odd image, stride 2 on an odd image with two
+// groups, depthwise with dilation 2, a 1x1; the input gradient and the
+// weight gradient through their own GEMMs (reference/conv.h).
+TEST(ReferenceGolden, Conv2d) {
+  const auto file = golden("conv2d");
+  ASSERT_EQ(file["cases"].size(), 4u);
+  for (const auto& g : file["cases"]) {
+    ref::ConvShape s;
+    s.in = {g["image"][0].get<long>(), g["image"][1].get<long>(), g["image"][2].get<long>()};
+    s.out_channels = g["out_channels"];
+    s.kernel = g["kernel"];
+    s.stride = g["stride"];
+    s.padding = g["padding"];
+    s.dilation = g["dilation"];
+    s.groups = g["groups"];
+    const std::string what = "conv2d " + ref::describe(s.in) + " groups " + std::to_string(s.groups);
+    const auto x = lift<Bounded>(matrix(g["x"])), w = lift<Bounded>(matrix(g["weight"]));
+    const auto b = lift<Bounded>(matrix(g["bias"])), dy = lift<Bounded>(matrix(g["dy"]));
+    expect_matches_golden(ref::conv2d_forward(s, x, w, b), matrix(g["y"]), what + " y");
+    expect_matches_golden(ref::conv2d_backward_data(s, w, dy), matrix(g["dx"]), what + " dx");
+    ref::RowSum<Bounded> dw, db;
+    ref::conv2d_backward_weight(s, x, dy, dw, db);
+    expect_matches_golden(std::move(dw).result(), matrix(g["dweight"]), what + " dweight");
+    expect_matches_golden(std::move(db).result(), matrix(g["dbias"]), what + " dbias");
+  }
 }
 
 TEST(ReferenceGolden, Relu) {

@@ -61,10 +61,18 @@ ref::LayerSpec layer(const std::string& s, const std::string& where) {
   const OpRecord* op = op_named(name);
   if (!op || op->combines() || (op->argument().empty() && name.size() < s.size()))
     fail(where, "layer = \"" + s + "\" is not one of: " + op_syntax());
-  if (op->argument().empty()) return {op, 0, {}};
+  if (op->argument().empty()) return {op, 0, {}, {}};
   const std::string syntax = name + ":<" + std::string(op->argument()) + ">";
   if (name.size() == s.size()) fail(where, "layer \"" + s + "\": expected " + syntax);
-  return {op, layer_count(s, name.size() + 1, where, syntax), {}};
+  const std::size_t more = s.find(':', name.size() + 1);
+  if (more == std::string::npos && op->options().empty()) return {op, layer_count(s, name.size() + 1, where, syntax), {}, {}};
+  ref::LayerSpec l{op, layer_count(s.substr(0, more), name.size() + 1, where, syntax), {}, {}};
+  try {
+    l.options = parse_options(*op, l.argument, more == std::string::npos ? std::string_view{} : std::string_view(s).substr(more + 1));
+  } catch (const std::invalid_argument& e) {
+    fail(where, "layer \"" + s + "\"" + e.what());
+  }
+  return l;
 }
 
 // A layer list: op strings, and combinators as one-key tables
@@ -88,7 +96,7 @@ std::vector<ref::LayerSpec> layer_list(const toml::node& n, const std::string& w
       }
       const OpRecord* op = op_named(name);
       if (!op || !op->combines()) fail(where, at + ": '" + name + "' is not a combinator (one of: " + op_syntax() + ")");
-      out.push_back({op, 0, layer_list(*body, where, at + "." + name)});
+      out.push_back({op, 0, layer_list(*body, where, at + "." + name), {}});
       continue;
     }
     if (!l.is_string()) fail(where, at + " must be a string like \"linear:8\" or a table like { residual = [...] }");
@@ -132,13 +140,15 @@ ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::
       "weight_decay", "betas", "eps", "clip_max_norm", "warmup_steps", "total_steps", "loss_scale",
       "dynamic_loss_scale", "growth_interval", "compensated", "norm_eps", "batchnorm_momentum", "tf32",
       "reduced_precision_reduction", "checkpoint_every", "growth_factor", "backoff_factor", "batchnorm_mode",
-      "frozen", "accumulation", "vocabulary", "padding_token", "padding", "head_chunk"};
+      "frozen", "accumulation", "vocabulary", "padding_token", "padding", "head_chunk", "image"};
   for (const auto& [key, value] : t)
     if (!known.count(std::string(key.str()))) fail(where, "unknown key '" + std::string(key.str()) + "'");
   for (const char* required : {"name", "layers", "split"})
     if (!t.contains(required)) fail(where, std::string("missing key '") + required + "'");
-  if (t.contains("input_features") == t.contains("vocabulary"))
-    fail(where, "give either 'input_features' (dense inputs) or 'vocabulary' (token ids), not both or neither");
+  const bool dense = t.contains("input_features") || t.contains("image");
+  if (dense == t.contains("vocabulary"))
+    fail(where, "give either 'input_features' or 'image' (dense inputs) or 'vocabulary' (token ids), not both or "
+                "neither");
 
   ScenarioSpec s;
   s.name = text(*t.get("name"), where, "name");
@@ -146,6 +156,17 @@ ScenarioSpec scenario(const toml::table& t, const std::string& where_base, std::
   if (const toml::node* n = t.get("vocabulary")) {
     s.model.token_input = true;
     s.model.input_features = positive_integer(*n, where, "vocabulary");
+  } else if (const toml::node* n = t.get("image")) {
+    const toml::array* a = n->as_array();
+    if (!a || a->size() != 3) fail(where, "image must be [channels, height, width], e.g. [3, 16, 16]");
+    s.model.image = {positive_integer((*a)[0], where, "image channels"), positive_integer((*a)[1], where, "image height"),
+                     positive_integer((*a)[2], where, "image width")};
+    if (s.model.image.size() > kMaxElements) fail(where, "image: at most " + std::to_string(kMaxElements) + " values per sample");
+    s.model.input_features = s.model.image.size();
+    if (const toml::node* f = t.get("input_features"))
+      if (positive_integer(*f, where, "input_features") != s.model.input_features)
+        fail(where, "input_features must be the image's C H W = " + std::to_string(s.model.input_features) +
+                        " (or left out)");
   } else {
     s.model.input_features = positive_integer(*t.get("input_features"), where, "input_features");
   }
@@ -404,6 +425,7 @@ nlohmann::json scenario_to_json(const ScenarioSpec& s) {
   if (p.clip.enabled) j["clip_max_norm"] = p.clip.max_norm;
   if (s.checkpoint_every > 0) j["checkpoint_every"] = s.checkpoint_every;
   if (s.model.padding_token >= 0) j["padding_token"] = s.model.padding_token;
+  if (s.model.image.is_image()) j["image"] = {s.model.image.channels, s.model.image.height, s.model.image.width};
   if (s.model.head_chunk_rows > 0)
     j["head_chunk"] = {{"rows", s.model.head_chunk_rows}, {"vocabulary", s.model.head_chunk_vocabulary}};
   if (s.data == DataKind::padded_sequences)

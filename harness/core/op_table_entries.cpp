@@ -15,6 +15,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/norm_geometry.h"
 #include "reference/attention.h"
+#include "reference/conv.h"
 #include "reference/layers.h"
 #include "reference/losses.h"
 #include "reference/optimizers.h"
@@ -86,6 +87,63 @@ class LinearBackwardWeight : public TableOp {
 
  private:
   Tensor dy_, x_, dw_, db_;
+};
+
+// ------------------------------------------------------------------ conv2d
+
+// The convolutions the table runs (its size's `in` picks one, `rows` is the
+// samples): a 3x3 halo on an odd image, stride 2 on an odd image with two
+// groups, depthwise with dilation 2, a 1x1, and one pixel.
+const Conv2dConfig kConvCases[] = {
+    {3, 7, 6, 4, 3, 1, 1, 1, 1},  // in C, H, W; out C, kernel, stride, padding, dilation, groups
+    {4, 9, 9, 6, 3, 2, 1, 1, 2},
+    {4, 5, 5, 4, 3, 1, 2, 2, 4},
+    {5, 4, 4, 3, 1, 1, 0, 1, 1},
+    {1, 1, 1, 1, 1, 1, 0, 1, 1},
+};
+
+ref::ConvShape conv_shape(const Conv2dConfig& c) {
+  return {{c.in_channels, c.height, c.width}, c.out_channels, c.kernel, c.stride, c.padding, c.dilation, c.groups};
+}
+
+// Forward, the input gradient and the weight gradient (accumulated into
+// seeded buffers, beta = 1).
+class Conv2dOp : public TableOp {
+ public:
+  Conv2dOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed)
+      : TableOp(b, t, seed), c_(kConvCases[s.in]) {
+    x_ = input(random(s.rows, c_.in_size()), t);
+    w_ = input(random(c_.out_channels, c_.taps(), 1.0 / std::sqrt(static_cast<double>(c_.taps()))), t);
+    b_ = input(random(1, c_.out_channels, 0.1), t);
+    dy_ = input(random(s.rows, c_.out_size()), t);
+    y_ = output(s.rows, c_.out_size(), t, false);
+    dx_ = output(s.rows, c_.in_size(), t, false);
+    dw_ = output(c_.out_channels, c_.taps(), DType::f32, true);
+    db_ = output(1, c_.out_channels, DType::f32, true);
+    flops = 6.0 * static_cast<double>(s.rows * c_.out_size() * c_.taps());
+    bytes = bytes_of(t) * static_cast<double>(2 * s.rows * (c_.in_size() + c_.out_size()) + c_.out_channels * c_.taps());
+  }
+  void run() override {
+    backend_.conv2d_forward(c_, x_, w_, b_, y_);
+    backend_.conv2d_backward_data(c_, dy_, w_, dx_);
+    backend_.conv2d_backward_weight(c_, dy_, x_, dw_, db_);
+  }
+  std::vector<Expectation> expected() override {
+    const ref::ConvShape shape = conv_shape(c_);
+    const Matrix<Bounded> x = held(x_), w = held(w_), dy = held(dy_);
+    ref::RowSum<Bounded> dw, db;
+    ref::conv2d_backward_weight(shape, x, dy, dw, db);
+    return {{"y", stored(ref::conv2d_forward(shape, x, w, held(b_)), ref::Storage::compute), &y_},
+            {"dx", stored(ref::conv2d_backward_data(shape, w, dy), ref::Storage::compute), &dx_},
+            {"dw += dy^T cols(x)", stored(Matrix<Bounded>(initial(dw_) + std::move(dw).result()), ref::Storage::accumulate),
+             &dw_},
+            {"db += sum dy", stored(Matrix<Bounded>(initial(db_) + std::move(db).result()), ref::Storage::accumulate),
+             &db_}};
+  }
+
+ private:
+  Conv2dConfig c_;
+  Tensor x_, w_, b_, dy_, y_, dx_, dw_, db_;
 };
 
 // ------------------------------------------------------------- activations
@@ -758,10 +816,13 @@ const std::vector<OpSpec>& op_table() {
   // samples, positions, head dim (two heads): one position; a position
   // count past a 32-key tile; head dims 72 (past a multiple of 32) and 3.
   const std::vector<OpSize> attention = {{3, 7, 4}, {2, 1, 8}, {2, 37, 3}, {1, 70, 72}};
+  // samples, which of kConvCases.
+  const std::vector<OpSize> conv = {{2, 0, 0}, {3, 1, 0}, {2, 2, 0}, {2, 3, 0}, {1, 4, 0}};
   static const std::vector<OpSpec> table = {
       {"linear_forward", "y = x w^T + b", gemm, make<LinearForward>()},
       {"linear_backward_data", "dx = dy w", gemm, make<LinearBackwardData>()},
       {"linear_backward_weight", "dw += dy^T x, db += column sums of dy (beta = 1)", gemm, make<LinearBackwardWeight>()},
+      {"conv2d", "2-D convolution forward, input gradient, weight gradient (beta = 1)", conv, make<Conv2dOp>()},
       {"relu_forward", "y = max(x, 0)", wide, make<ActivationOp>(Activation::relu, false)},
       {"relu_backward", "dx = dy where x > 0", wide, make<ActivationOp>(Activation::relu, true)},
       {"gelu_forward", "GELU, tanh form", wide, make<ActivationOp>(Activation::gelu_tanh, false)},

@@ -49,6 +49,39 @@ using Map = Eigen::Map<RowMatrix>;
 
 ConstMap matrix(const Tensor& t) { return ConstMap(values(t), t.rows, t.cols); }
 
+}  // namespace
+
+void cpu::gemm(const float* a, bool a_transposed, const float* b, bool b_transposed, float* c, long m, long n,
+               long k) {
+  Map out(c, m, n);
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    out.setZero();
+    return;
+  }
+  const ConstMap am(a, a_transposed ? k : m, a_transposed ? m : k);
+  const ConstMap bm(b, b_transposed ? n : k, b_transposed ? k : n);
+  if (a_transposed && b_transposed) {
+    out.noalias() = am.transpose() * bm.transpose();
+  } else if (a_transposed) {
+    out.noalias() = am.transpose() * bm;
+  } else if (b_transposed) {
+    out.noalias() = am * bm.transpose();
+  } else {
+    out.noalias() = am * bm;
+  }
+}
+
+float* CpuBackend::scratch(std::size_t n) {
+  if (scratch_.size() < n) {
+    scratch_.resize(n);
+    peak_bytes_ = std::max(peak_bytes_, live_bytes());
+  }
+  return scratch_.data();
+}
+
+namespace {
+
 // v[i] = round(v[i], dtype) over n elements.
 void round_in_place(float* v, long n, DType t) {
   dispatch(t, [&](auto d) {

@@ -38,6 +38,10 @@ class CpuBackend : public Backend {
   bool survives_fork() const override { return true; }  // host memory only
 
  private:
+  // n floats of the scratch the GEMM products use, grown (and counted in
+  // the peak) as needed; valid until the next call.
+  float* scratch(std::size_t n);
+
   std::map<const void*, std::pair<std::unique_ptr<float[]>, std::size_t>> allocations_;
   std::size_t live_bytes_ = 0;  // tensors only
   std::size_t peak_bytes_ = 0;

@@ -35,4 +35,10 @@ inline void dispatch(DType t, F&& f) {
   }
 }
 
+// c [m, n] = a b in float32, a [m, k] (stored [k, m] where a_transposed),
+// b [k, n] (stored [n, k] where b_transposed): Eigen's blocked product as
+// the linear ops run it (cpu_backend.cpp, the one file that instantiates
+// the host's float32 products).
+void gemm(const float* a, bool a_transposed, const float* b, bool b_transposed, float* c, long m, long n, long k);
+
 }  // namespace gradeq::cpu

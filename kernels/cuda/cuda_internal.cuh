@@ -95,9 +95,11 @@ struct CudaBackend::Impl {
   cublasHandle_t cublas = nullptr;
   // Slots: 0 GEMM results and row losses, 1 upload/download staging,
   // 2 and 3 GEMM operands widened to float32; 4-7 the chunked head's tile
-  // of logits, its dz, dx's float32 sums and a chunk's dw sum.
-  std::vector<float*> scratch = std::vector<float*>(9, nullptr);
-  std::vector<long> scratch_size = std::vector<long>(9, 0);
+  // of logits, its dz, dx's float32 sums and a chunk's dw sum; 8
+  // attention's dQ slices; 9 and 10 a convolution's taps (im2col) and its
+  // output rows.
+  std::vector<float*> scratch = std::vector<float*>(11, nullptr);
+  std::vector<long> scratch_size = std::vector<long>(11, 0);
   cuda::Chunk* chunks = nullptr;
   long chunk_capacity = 0;
   float* partials = nullptr;

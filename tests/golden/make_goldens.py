@@ -203,6 +203,34 @@ def gpt_small(vocabulary=11, width=8, heads=2, hidden=12, positions=5, seed=13):
     return lm_window("gpt_small", GPT(), g, vocabulary, positions, layers, names)
 
 
+def conv2d(seed=11):
+    """nn.Conv2d on [samples, C, H, W] images, each sample one row of C H W
+    values (NCHW) as gradeq stores it: a 3x3 halo on an odd image, stride 2
+    on an odd image with two groups, depthwise with dilation 2, a 1x1. The
+    weight as gradeq holds it: [C_out, C_in/groups k k]."""
+    g = torch.Generator().manual_seed(seed)
+    cases = []
+    for (c_in, h, w, c_out, k, stride, padding, dilation, groups, samples) in [
+            (3, 7, 6, 4, 3, 1, 1, 1, 1, 2), (4, 9, 9, 6, 3, 2, 1, 1, 2, 3), (4, 5, 5, 4, 3, 1, 2, 2, 4, 2),
+            (5, 4, 4, 3, 1, 1, 0, 1, 1, 2)]:
+        conv = torch.nn.Conv2d(c_in, c_out, k, stride=stride, padding=padding, dilation=dilation,
+                               groups=groups).double()
+        with torch.no_grad():
+            conv.weight.copy_(torch.randn(conv.weight.shape, generator=g, dtype=torch.float64))
+            conv.bias.copy_(torch.randn(conv.bias.shape, generator=g, dtype=torch.float64))
+        x = torch.randn(samples, c_in, h, w, generator=g, dtype=torch.float64).requires_grad_()
+        y = conv(x)
+        dy = torch.randn(y.shape, generator=g, dtype=torch.float64)
+        (y * dy).sum().backward()
+        cases.append({"image": [c_in, h, w], "out_channels": c_out, "kernel": k, "stride": stride,
+                      "padding": padding, "dilation": dilation, "groups": groups,
+                      "x": listed(x.reshape(samples, -1)), "weight": listed(conv.weight.reshape(c_out, -1)),
+                      "bias": [listed(conv.bias)], "dy": listed(dy.reshape(samples, -1)),
+                      "y": listed(y.reshape(samples, -1)), "dx": x.grad.reshape(samples, -1).tolist(),
+                      "dweight": conv.weight.grad.reshape(c_out, -1).tolist(), "dbias": [conv.bias.grad.tolist()]})
+    return {"op": "conv2d", "torch": torch.__version__, "dtype": "float64", "cases": cases}
+
+
 OPS = {
     # nn.GELU()'s default: x Phi(x), exact through erf.
     "gelu_erf": lambda: activation("gelu_erf", lambda x: F.gelu(x)),
@@ -212,6 +240,7 @@ OPS = {
     "attention": lambda: attention("attention", True),
     "bidirectional_attention": lambda: attention("bidirectional_attention", False),
     "gpt_small": gpt_small,
+    "conv2d": conv2d,
 }
 
 

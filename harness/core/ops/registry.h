@@ -21,6 +21,10 @@ const OpRecord& record_of(const ref::Op& op);
 // An op as the config writes it: "linear:8", "relu", "groupnorm:4". Throws
 // std::invalid_argument naming the text and the ops there are.
 ref::LayerSpec parse_layer(std::string_view text);
+// The options after an op's argument ("3:stride=2", the text after
+// "conv2d:16:"), each at its default where not given, in the op's order.
+// Throws std::invalid_argument with a message starting ": ".
+std::vector<long> parse_options(const OpRecord& op, long argument, std::string_view rest);
 // An op by name and argument, or a combinator and its branch: the layers
 // code builds (layer_of("linear", 16), combinator_of("residual", {...})).
 ref::LayerSpec layer_of(std::string_view name, long argument = 0);
