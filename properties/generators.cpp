@@ -395,6 +395,55 @@ rc::Gen<ScenarioSpec> attention_scenario() {
   });
 }
 
+// A convolution layer for an image of `c` channels and h x w pixels: a
+// kernel of 1-3 (at most the padded image), stride 1 or 2, padding 0 to k,
+// dilation 2 a fifth of the time where it fits, and groups a common
+// divisor of both channel counts (depthwise included).
+LayerSpec drawn_conv(const ref::ImageShape& in, long out_channels) {
+  const long padding_room = std::min(in.height, in.width);
+  const long kernel = *rc::gen::inRange<long>(1, 4);
+  const long padding = *rc::gen::inRange<long>(0, kernel + 1);
+  long dilation = *rc::gen::inRange(0, 5) == 0 ? 2 : 1;
+  if (padding_room + 2 * padding < dilation * (kernel - 1) + 1) dilation = 1;
+  const long k = padding_room + 2 * padding < kernel ? 1 : kernel;
+  std::vector<long> common;
+  for (long g = 1; g <= std::min(in.channels, out_channels); ++g)
+    if (in.channels % g == 0 && out_channels % g == 0) common.push_back(g);
+  LayerSpec l = layer_of("conv2d", out_channels);
+  l.options = {k, *rc::gen::inRange<long>(1, 3), k == 1 && kernel > 1 ? 0 : padding, dilation,
+               *rc::gen::elementOf(common)};
+  return l;
+}
+
+rc::Gen<ScenarioSpec> conv_scenario() {
+  return rc::gen::exec([] {
+    ScenarioSpec s;
+    s.name = "generated convolution";
+    s.model.loss = *rc::gen::element(ref::LossKind::mse, ref::LossKind::cross_entropy);
+    s.model.image = {*rc::gen::inRange<long>(1, 5), *rc::gen::inRange<long>(1, 10), *rc::gen::inRange<long>(1, 10)};
+    s.model.input_features = s.model.image.size();
+    // One or two convolutions, an activation after each, then the head.
+    ref::ImageShape image = s.model.image;
+    const long convs = *rc::gen::inRange<long>(1, 3);
+    for (long i = 0; i < convs; ++i) {
+      const long channels = *rc::gen::element(1L, 2L, 3L, 4L, 6L, 8L);
+      s.model.layers.push_back(drawn_conv(image, channels));
+      s.model.layers.push_back(layer_of(*rc::gen::element("relu", "gelu", "gelu_erf")));
+      ScenarioSpec so_far = s;
+      so_far.model.loss = ref::LossKind::mse;
+      image = ref::Model(so_far.model).images.back();
+    }
+    s.model.layers.push_back(layer_of("linear", s.model.loss == ref::LossKind::cross_entropy
+                                                    ? *rc::gen::inRange<long>(2, 8)
+                                                    : *rc::gen::inRange<long>(1, 5)));
+    s.precision.compute = *rc::gen::element(DType::f32, DType::f32, DType::bf16);
+    s.data = DataKind::normal;
+    s.split = *any_split();
+    s.seed = *seed();
+    return s;
+  });
+}
+
 rc::Gen<ScenarioSpec> optimizer_scenario() {
   return rc::gen::exec([] {
     ScenarioSpec s = *independent_scenario();

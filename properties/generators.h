@@ -53,6 +53,10 @@ rc::Gen<ScenarioSpec> language_model_scenario();
 // float32, then the final LayerNorm and a head tied or not; otherwise as
 // language_model_scenario(), but in float32 alone on the large tier.
 rc::Gen<ScenarioSpec> attention_scenario();
+// Images through one or two convolutions (any kernel of 1-3, stride,
+// padding, dilation, groups; odd sizes and borders) and a linear head,
+// in float32 or bfloat16 compute.
+rc::Gen<ScenarioSpec> conv_scenario();
 // Linear, one or two BatchNorms, an activation; BatchNorm gets >= 2 values
 // per channel in every micro-batch; half of them checkpoint activations.
 rc::Gen<ScenarioSpec> batchnorm_scenario();

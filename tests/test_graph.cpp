@@ -19,10 +19,14 @@ TEST(Registry, EveryOpIsOneRecordWithItsSyntax) {
     EXPECT_TRUE(names.insert(std::string(op->name())).second) << op->name();
     EXPECT_EQ(op_named(op->name()), op);
     if (op->combines()) continue;
-    const ref::LayerSpec layer = parse_layer(op->argument().empty() ? std::string(op->name())
-                                                                    : std::string(op->name()) + ":3");
+    std::string text(op->name());
+    if (!op->argument().empty()) text += ":3";
+    for (const ref::OptionInfo& o : op->options())
+      if (o.positional) text += ":3";
+    const ref::LayerSpec layer = parse_layer(text);
     EXPECT_EQ(layer.op, op);
     EXPECT_EQ(parse_layer(layer_text(layer)).argument, layer.argument) << layer_text(layer);
+    EXPECT_EQ(parse_layer(layer_text(layer)).options, layer.options) << layer_text(layer);
   }
   for (const char* expected : {"linear", "relu", "gelu", "gelu_erf", "layernorm", "rmsnorm", "groupnorm", "batchnorm",
                                "residual", "concat"})
@@ -31,6 +35,68 @@ TEST(Registry, EveryOpIsOneRecordWithItsSyntax) {
   EXPECT_THROW(parse_layer("relu:3"), std::invalid_argument);
   EXPECT_THROW(parse_layer("residual"), std::invalid_argument);
   EXPECT_THROW(parse_layer("conv2d:3"), std::invalid_argument);
+}
+
+// An op's options after its argument: positional ones in order, then
+// key=value; defaults filled in; the text written back is read the same.
+TEST(Registry, OptionsAfterTheArgument) {
+  const ref::LayerSpec conv = parse_layer("conv2d:16:3:groups=4:stride=2");
+  EXPECT_EQ(conv.argument, 16);
+  EXPECT_EQ(conv.options, (std::vector<long>{3, 2, 0, 1, 4}));  // kernel, stride, padding, dilation, groups
+  EXPECT_EQ(layer_text(conv), "conv2d:16:3:stride=2:groups=4");
+  EXPECT_EQ(parse_layer(layer_text(conv)).options, conv.options);
+  for (const char* bad : {"conv2d:16", "conv2d:16:3:3", "conv2d:16:3:size=2", "conv2d:16:3:stride=0",
+                          "conv2d:16:3:stride=2:stride=2", "conv2d:16:3:padding=-1", "conv2d:16:3:stride=x",
+                          "conv2d:16:0", "conv2d:16:3:kernel=3"})
+    EXPECT_THROW(parse_layer(bad), std::invalid_argument) << bad;
+  EXPECT_THROW(parse_layer("linear:8:3"), std::invalid_argument);
+}
+
+// An image model: each value's image, a convolution's output size by
+// PyTorch's floor, its weight [C_out, C_in/groups k k], and the refusals.
+TEST(Graph, ImagesThroughConvolutions) {
+  ref::ModelSpec m;
+  m.image = {3, 9, 8};
+  m.input_features = m.image.size();
+  m.layers = {parse_layer("conv2d:4:3:padding=1"), layer_of("relu"), parse_layer("conv2d:6:3:stride=2:padding=1:groups=2"),
+              layer_of("linear", 5)};
+  const ref::Model model(m);
+  ASSERT_EQ(model.images.size(), 5u);
+  EXPECT_EQ(model.images[1], (ref::ImageShape{4, 9, 8}));
+  EXPECT_EQ(model.images[2], (ref::ImageShape{4, 9, 8}));
+  EXPECT_EQ(model.images[3], (ref::ImageShape{6, 5, 4}));  // floor(8 / 2) + 1, floor(7 / 2) + 1
+  EXPECT_FALSE(model.images[4].is_image());
+  EXPECT_EQ(model.widths[3], 6 * 5 * 4);
+  EXPECT_EQ(model.parameters[2].rows, 6);
+  EXPECT_EQ(model.parameters[2].cols, 2 * 9);
+  EXPECT_EQ(ref::describe(m), "in(216)-conv2d(4, kernel 3, padding 1)-relu-conv2d(6, kernel 3, stride 2, padding 1, "
+                              "groups 2)-linear(5) -> mse, images 3x9x8");
+  auto refused = [&](std::vector<ref::LayerSpec> layers, ref::ImageShape image) {
+    ref::ModelSpec bad = m;
+    bad.image = image;
+    bad.input_features = image.is_image() ? image.size() : 216;
+    bad.layers = std::move(layers);
+    EXPECT_THROW(ref::validate(bad), std::invalid_argument);
+  };
+  refused({parse_layer("conv2d:4:3:groups=2")}, {3, 9, 8});        // 2 groups do not divide 3 channels
+  refused({parse_layer("conv2d:4:5")}, {3, 3, 8});                 // the kernel reaches past the image
+  refused({parse_layer("conv2d:4:3")}, {});                         // not an image
+  refused({layer_of("linear", 4), parse_layer("conv2d:4:1")}, {3, 9, 8});  // a linear's output is not an image
+}
+
+// The config's image key: C H W features per sample, and a report's
+// scenario (scenario_to_json) read back the same; the refusals.
+TEST(Graph, ImageConfigKey) {
+  const std::string head = "[[scenario]]\nname = \"c\"\nsplit = [[2, 2]]\nlayers = [\"conv2d:4:3:stride=2\", \"linear:3\"]\n";
+  const ScenarioSpec s = parse_scenarios(head + "image = [2, 7, 5]\n", "t").at(0);
+  EXPECT_EQ(s.model.image, (ref::ImageShape{2, 7, 5}));
+  EXPECT_EQ(s.model.input_features, 70);
+  const ScenarioSpec back = scenario_from_json(scenario_to_json(s), "json");
+  EXPECT_EQ(back.model.image, s.model.image);
+  EXPECT_EQ(back.model.layers.at(0).options, s.model.layers.at(0).options);
+  for (const char* bad : {"image = [2, 7]\n", "image = [2, 7, 0]\n", "image = [2, 7, 5]\ninput_features = 69\n",
+                          "image = [2, 7, 5]\nvocabulary = 9\n", "image = [2, 7, 5]\npositions = 2\n"})
+    EXPECT_THROW(parse_scenarios(head + bad, "t"), std::invalid_argument) << bad;
 }
 
 // The properties draw the layer after a hidden linear one from the ops'

@@ -173,6 +173,32 @@ TEST(Mutants, AttentionBugsFailTheOpTable) {
   }
 }
 
+// The convolution's mutants against the op table's conv2d entry, in
+// float32: each fails exactly at the cases it can show (kConvCases, by
+// index): B41 and B42 everywhere (B41 reads what an earlier call left: the
+// op runs once before its check), B43 where groups > 1 (cases 1 and 2),
+// B44 where there is padding (0-2), B45 where the output size's division
+// has a remainder (case 1's width). Elsewhere each leaves the op right,
+// as its model says.
+TEST(Mutants, ConvBugsFailTheOpTableWhereTheyCanShow) {
+  const std::map<std::string, std::set<long>> fails = {
+      {"B41", {0, 1, 2, 3, 4}}, {"B42", {0, 1, 2, 3, 4}}, {"B43", {1, 2}}, {"B44", {0, 1, 2}}, {"B45", {1}}};
+  const OpSpec& op = find_op("conv2d");
+  for (const BackendMutant& m : conv_op_mutants()) {
+    ASSERT_TRUE(fails.count(m.id)) << m.id;
+    for (const OpSize& size : op.test_sizes) {
+      CpuBackend cpu;
+      std::unique_ptr<Backend> wrapped = m.wrap(cpu);
+      const auto prepared = op.prepare(*wrapped, size, DType::f32, 7);
+      if (m.id == "B41") prepared->run();
+      const OpVerdict v = prepared->verify();
+      EXPECT_EQ(v.passed, !fails.at(m.id).count(size.in)) << m.id << " at case " << size.in << ": " << v.message;
+      std::printf("%s at case %ld: %s, worst err/bound %.3g\n", m.id.c_str(), size.in, v.passed ? "pass" : "FAIL",
+                  v.worst_ratio);
+    }
+  }
+}
+
 // Clipping by the global norm erases a constant factor on the gradient: a
 // pure scale bug leaves the clipped gradient, the step and the weights as
 // they should be wherever the clip binds in both runs. The accumulation

@@ -356,6 +356,163 @@ class AttentionWithoutPaddingMask : public ForwardingBackend {
   }
 };
 
+namespace {
+
+// ---- convolution (B41-B45)
+
+// A tensor of the inner backend holding `values` (the caller releases it).
+Tensor uploaded(Backend& b, long rows, long cols, DType t, const std::vector<float>& values) {
+  Tensor out = b.allocate(rows, cols, t);
+  b.upload(out, values);
+  return out;
+}
+
+// x's images padded explicitly to (H + 2p + extra) x (W + 2p + extra), the
+// padding's pixels from `pad(n, channel plane, iy, ix)`: a convolution of
+// the result with padding 0 reads what a kernel with that padding rule
+// reads.
+template <class Pad>
+std::vector<float> padded_images(const Conv2dConfig& c, const std::vector<float>& x, long samples, long extra, Pad&& pad) {
+  const long ph = c.height + 2 * c.padding + extra, pw = c.width + 2 * c.padding + extra, plane = c.height * c.width;
+  std::vector<float> out(static_cast<std::size_t>(samples * c.in_channels * ph * pw), 0.0f);
+  for (long n = 0; n < samples; ++n)
+    for (long ch = 0; ch < c.in_channels; ++ch) {
+      const float* image = x.data() + (n * c.in_channels + ch) * plane;
+      for (long y = 0; y < ph; ++y)
+        for (long xx = 0; xx < pw; ++xx) {
+          const long iy = y - c.padding, ix = xx - c.padding;
+          const bool inside = iy >= 0 && iy < c.height && ix >= 0 && ix < c.width;
+          out[static_cast<std::size_t>(((n * c.in_channels + ch) * ph + y) * pw + xx)] =
+              inside ? image[iy * c.width + ix] : pad(image, iy, ix);
+        }
+    }
+  return out;
+}
+
+Conv2dConfig unpadded(Conv2dConfig c, long extra) {
+  c.height += 2 * c.padding + extra;
+  c.width += 2 * c.padding + extra;
+  c.padding = 0;
+  return c;
+}
+
+// B41 — the weight gradient's split reduction accumulated into an
+// uninitialised buffer: the large-tensor path sums its splits into a
+// workspace nobody zeroed, so each call adds what the previous call left
+// there (PyTorch PR 72157). Modelled: the product added with the previous
+// call's product (nothing at the first call, as fresh memory often is).
+class ConvWeightGradientStaleSplit : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  void conv2d_backward_weight(const Conv2dConfig& c, const Tensor& dy, const Tensor& x, const Tensor& dw,
+                              const Tensor& db) override {
+    Tensor fresh = inner_.allocate(dw.rows, dw.cols, DType::f32);
+    const Tensor t[] = {fresh};
+    inner_.zero(t);
+    inner_.conv2d_backward_weight(c, dy, x, fresh, db);
+    std::vector<float> product = host_copy(inner_, fresh), sum = host_copy(inner_, dw);
+    for (std::size_t i = 0; i < sum.size(); ++i)
+      sum[i] += product[i] + (i < workspace_.size() ? workspace_[i] : 0.0f);
+    inner_.upload(dw, sum);
+    workspace_ = std::move(product);
+    inner_.release(fresh);
+  }
+
+ private:
+  std::vector<float> workspace_;
+};
+
+// B42 — beta = 0 across micro-batches: cuDNN writes dst = alpha computed +
+// beta prior, and a wgrad called with beta = 0 overwrites the gradient
+// buffer: only the last micro-batch's weight gradient survives (cuDNN's
+// API semantics).
+class ConvWeightGradientBetaZero : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  void conv2d_backward_weight(const Conv2dConfig& c, const Tensor& dy, const Tensor& x, const Tensor& dw,
+                              const Tensor& db) override {
+    const Tensor t[] = {dw};
+    inner_.zero(t);
+    inner_.conv2d_backward_weight(c, dy, x, dw, db);
+  }
+};
+
+// B43 — a grouped convolution's weight gradient indexing the wrong group:
+// every group's filter gradient reads the input channels of group 0
+// (PyTorch 51430, wrong weight gradients with groups > 1). One group: no
+// difference.
+class ConvWeightGradientGroupZero : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  void conv2d_backward_weight(const Conv2dConfig& c, const Tensor& dy, const Tensor& x, const Tensor& dw,
+                              const Tensor& db) override {
+    if (c.groups == 1) return inner_.conv2d_backward_weight(c, dy, x, dw, db);
+    std::vector<float> v = host_copy(inner_, x);
+    const long per_group = c.in_per_group() * c.height * c.width;
+    for (long n = 0; n < x.rows; ++n)
+      for (long g = 1; g < c.groups; ++g)
+        std::copy_n(v.begin() + n * x.cols, per_group, v.begin() + n * x.cols + g * per_group);
+    Tensor wrong = uploaded(inner_, x.rows, x.cols, x.dtype, v);
+    inner_.conv2d_backward_weight(c, dy, wrong, dw, db);
+    inner_.release(wrong);
+  }
+};
+
+// B44 — a halo off by one at the image border: the kernel bounds-checks
+// the flat index within the channel's plane instead of the row and column,
+// so a tap left of column 0 reads the last pixel of the row above and a
+// tap right of the last column the first pixel of the row below, where
+// zeros belong. Forward only.
+class ConvHaloReadsNeighbour : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  void conv2d_forward(const Conv2dConfig& c, const Tensor& x, const Tensor& w, const Tensor& b,
+                      const Tensor& y) override {
+    if (c.padding == 0) return inner_.conv2d_forward(c, x, w, b, y);
+    const long plane = c.height * c.width;
+    const std::vector<float> v = padded_images(c, host_copy(inner_, x), x.rows, 0, [&](const float* image, long iy, long ix) {
+      if (iy < 0 || iy >= c.height) return 0.0f;
+      const long flat = iy * c.width + ix;
+      return flat >= 0 && flat < plane ? image[flat] : 0.0f;
+    });
+    const Conv2dConfig u = unpadded(c, 0);
+    Tensor padded = uploaded(inner_, x.rows, u.in_size(), x.dtype, v);
+    inner_.conv2d_forward(u, padded, w, b, y);
+    inner_.release(padded);
+  }
+};
+
+// B45 — the output size rounded the wrong way: the kernel takes H_out =
+// ceil((H + 2p - d (k - 1) - 1) / s) + 1 where PyTorch floors, and writes
+// its planes with that stride into the output the caller sized: every
+// channel's plane after the first lands shifted. Only where the division
+// has a remainder (stride 2 with an odd numerator: a 3x3, padding 1 on an
+// even image, a 2x2 or padding 0 on an odd one). Forward only.
+class ConvOutputSizeRoundedUp : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  void conv2d_forward(const Conv2dConfig& c, const Tensor& x, const Tensor& w, const Tensor& b,
+                      const Tensor& y) override {
+    const long reach = c.dilation * (c.kernel - 1) + 1;
+    const long rem_h = (c.height + 2 * c.padding - reach) % c.stride, rem_w = (c.width + 2 * c.padding - reach) % c.stride;
+    if (rem_h == 0 && rem_w == 0) return inner_.conv2d_forward(c, x, w, b, y);
+    // Extra zero rows and columns at the bottom and right until the floor is the ceiling.
+    const long extra = std::max(rem_h ? c.stride - rem_h : 0L, rem_w ? c.stride - rem_w : 0L);
+    Conv2dConfig u = unpadded(c, extra);
+    const std::vector<float> v = padded_images(c, host_copy(inner_, x), x.rows, extra, [](const float*, long, long) { return 0.0f; });
+    Tensor padded = uploaded(inner_, x.rows, u.in_size(), x.dtype, v);
+    Tensor big = inner_.allocate(x.rows, u.out_size(), y.dtype);
+    inner_.conv2d_forward(u, padded, w, b, big);
+    std::vector<float> out = host_copy(inner_, big);
+    out.resize(static_cast<std::size_t>(y.size()));
+    inner_.upload(y, out);
+    inner_.release(big);
+    inner_.release(padded);
+  }
+};
+
+}  // namespace
+
 std::vector<BackendMutant> single_process_backend_mutants() {
   std::vector<BackendMutant> out = {
       {{"B7", "overwrite instead of accumulate: dbias = instead of +=", "llm.c PR 163, PR 408; ggml PR 949"},
@@ -380,7 +537,28 @@ std::vector<BackendMutant> single_process_backend_mutants() {
        backend_of<ChunkedHeadOverwritesAcrossChunks>()},
   };
   for (BackendMutant& m : attention_op_mutants()) out.push_back(std::move(m));
+  for (BackendMutant& m : conv_op_mutants()) out.push_back(std::move(m));
   return out;
+}
+
+std::vector<BackendMutant> conv_op_mutants() {
+  return {
+      {{"B41", "the conv weight gradient's split reduction accumulated into an uninitialised buffer",
+        "PyTorch PR 72157"},
+       backend_of<ConvWeightGradientStaleSplit>()},
+      {{"B42", "the conv weight gradient written with beta = 0 across micro-batches: overwrite, not accumulate",
+        "cuDNN's dst = alpha computed + beta prior"},
+       backend_of<ConvWeightGradientBetaZero>()},
+      {{"B43", "a grouped convolution's weight gradient reads group 0's input channels for every group",
+        "PyTorch 51430"},
+       backend_of<ConvWeightGradientGroupZero>()},
+      {{"B44", "a convolution's halo off by one: padding taps read the neighbouring row's pixel",
+        "the flat-index bounds check of hand-written convolutions"},
+       backend_of<ConvHaloReadsNeighbour>()},
+      {{"B45", "a strided convolution's output size rounded up, its planes written at that stride",
+        "floor vs ceil in output-size arithmetic (PyTorch's ceil_mode is the pools' option)"},
+       backend_of<ConvOutputSizeRoundedUp>()},
+  };
 }
 
 std::vector<BackendMutant> attention_op_mutants() {

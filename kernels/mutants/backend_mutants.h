@@ -34,12 +34,14 @@ struct BackendMutant : BugInfo {
   BackendWrapper wrap;  // the backend under test, broken
 };
 
-// B7, B16, B28, B29-B31, B35 and attention's B36-B40, for any backend.
+// B7, B16, B28, B29-B31, B35, attention's B36-B40 and the convolution's B41-B45, for any backend.
 std::vector<BackendMutant> single_process_backend_mutants();
 // B36-B40, attention's (no causal mask in backward, the scale twice, a
 // stale dQ tail, D from a stale output, no key-padding mask): the op
 // table's to catch too (tests/test_mutants.cpp).
 std::vector<BackendMutant> attention_op_mutants();
+// The convolution's (B41-B45): a subset of the list above.
+std::vector<BackendMutant> conv_op_mutants();
 // B19 in the form the backend takes it: the racy kernel on cuda, the
 // race's outcome modelled on any other backend.
 BackendMutant race_mutant_for(const Backend& backend);
