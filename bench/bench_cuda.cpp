@@ -130,6 +130,14 @@ void BM_Attention(benchmark::State& state) {
 
 constexpr long kF32 = static_cast<long>(DType::f32), kBf16 = static_cast<long>(DType::bf16);
 
+// conv2d's forward, input gradient and weight gradient (im2col and cuBLAS;
+// the weight gradient with beta = 1): samples of 64 channels at 64 x 64,
+// a 3x3 with padding 1 to 64 channels (the op table's case 5), validated
+// first.
+void BM_Conv2d(benchmark::State& state) {
+  cuda_op(state, "conv2d", {state.range(0), 5, 0}, static_cast<DType>(state.range(1)), true);
+}
+
 BENCHMARK(BM_CeilingDeviceCopy)->Arg(1 << 26)->UseManualTime();
 BENCHMARK(BM_CeilingGemm)->ArgNames({"rows", "in", "out", "dtype"})->Args({8192, 4096, 4096, kF32})->UseManualTime();
 BENCHMARK(BM_WeightGradient)->ArgNames({"rows", "in", "out", "dtype"})->Args({8192, 4096, 4096, kF32})
@@ -139,6 +147,7 @@ BENCHMARK(BM_MultiTensorAccumulate)->ArgNames({"elements", "src_dtype", "kahan"}
 BENCHMARK(BM_GlobalNorm)->Arg(1 << 26)->UseManualTime();
 BENCHMARK(BM_Attention)->ArgNames({"samples", "positions", "head_dim", "dtype", "deterministic"})
     ->Args({4, 256, 64, kBf16, 1})->Args({4, 256, 64, kBf16, 0})->Args({4, 256, 72, kF32, 1})->UseManualTime();
+BENCHMARK(BM_Conv2d)->ArgNames({"samples", "dtype"})->Args({2, kF32})->Args({2, kBf16})->UseManualTime();
 BENCHMARK(BM_BiasGradient)->ArgNames({"rows", "cols", "deterministic"})->Args({1 << 16, 1024, 1})
     ->Args({1 << 16, 1024, 0})->UseManualTime();
 

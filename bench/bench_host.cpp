@@ -151,6 +151,11 @@ void BM_Attention(benchmark::State& state) {
   host_op(state, "attention", {state.range(0), state.range(1), state.range(2)});
 }
 
+// conv2d's forward, input gradient and weight gradient on the host (im2col
+// and the float32 GEMM): 2 samples of 64 channels at 64 x 64 through a 3x3
+// with padding 1 to 64 channels (the op table's case 5), validated first.
+void BM_Conv2d(benchmark::State& state) { host_op(state, "conv2d", {state.range(0), 5, 0}); }
+
 // rows x in x out: a square layer, a transformer MLP's up-projection (1024
 // tokens, 768 -> 3072), a tall narrow one.
 const std::vector<std::vector<long>> kGemmShapes = {{256, 256, 256}, {1024, 768, 3072}, {8192, 64, 64}};
@@ -172,6 +177,7 @@ BENCHMARK(BM_CeilingStreamTriad)->Arg(kStreamElements)->Repetitions(3);
 BENCHMARK(BM_CeilingGemmFloat32)->Apply(gemm_ceiling_shapes);
 BENCHMARK(BM_WeightGradientGemm)->Apply(gemm_shapes);
 BENCHMARK(BM_Attention)->ArgNames({"samples", "positions", "head_dim"})->Args({2, 128, 64});
+BENCHMARK(BM_Conv2d)->ArgNames({"samples"})->Arg(2)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Accumulate)->ArgNames({"elements", "kahan"})->Args({kStreamElements, 0})->Args({kStreamElements, 1});
 
 }  // namespace

@@ -94,13 +94,15 @@ class LinearBackwardWeight : public TableOp {
 // The convolutions the table runs (its size's `in` picks one, `rows` is the
 // samples): a 3x3 halo on an odd image, stride 2 on an odd image with two
 // groups (9 x 8: the width's division by the stride has a remainder, the
-// height's none), depthwise with dilation 2, a 1x1, and one pixel.
+// height's none), depthwise with dilation 2, a 1x1, and one pixel; the
+// last, at a real size, is the benchmarks'.
 const Conv2dConfig kConvCases[] = {
     {3, 7, 6, 4, 3, 1, 1, 1, 1},  // in C, H, W; out C, kernel, stride, padding, dilation, groups
     {4, 9, 8, 6, 3, 2, 1, 1, 2},
     {4, 5, 5, 4, 3, 1, 2, 2, 4},
     {5, 4, 4, 3, 1, 1, 0, 1, 1},
     {1, 1, 1, 1, 1, 1, 0, 1, 1},
+    {64, 64, 64, 64, 3, 1, 1, 1, 1},  // the benchmarks' (bench/): a U-Net stage, 64 -> 64 channels at 64 x 64
 };
 
 ref::ConvShape conv_shape(const Conv2dConfig& c) {
