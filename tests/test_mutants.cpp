@@ -33,7 +33,7 @@ TEST(Mutants, OnePerSingleProcessBug) {
   const std::set<std::string> expected = {"B1", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B11", "B13",
                                           "B14", "B15", "B16", "B17", "B18", "B24", "B25", "B27", "B28",
                                           "B29", "B30", "B31", "B32", "B33", "B34", "B35", "B36", "B37",
-                                          "B38", "B39", "B40"};
+                                          "B38", "B39", "B40", "B41", "B42", "B43", "B44", "B45"};
   EXPECT_EQ(ids, expected);
 }
 
@@ -51,7 +51,10 @@ TEST(Mutants, EachFailsTheScenarioThatExercisesIt) {
       {"B29", "lm_small"},                  {"B30", "lm_small"},               {"B31", "lm_embedding_frequent_token"},
       {"B32", "lm_small"},                  {"B33", "lm_small"},               {"B34", "lm_small"},
       {"B35", "lm_chunked_head"},           {"B36", "gpt_attention_block"},   {"B37", "gpt_attention_block"},
-      {"B38", "gpt_attention_block"},       {"B39", "gpt_attention_block"},   {"B40", "gpt_attention_block"}};
+      {"B38", "gpt_attention_block"},       {"B39", "gpt_attention_block"},   {"B40", "gpt_attention_block"},
+      {"B41", "conv_halo_stride2_groups"},  {"B42", "conv_halo_stride2_groups"},
+      {"B43", "conv_halo_stride2_groups"},  {"B44", "conv_halo_stride2_groups"},
+      {"B45", "conv_halo_stride2_groups"}};
   const std::vector<ScenarioSpec> suite = default_scenarios();
   for (const Mutant& m : mutants()) {
     ASSERT_TRUE(scenario_for.count(m.id)) << m.id;
@@ -134,6 +137,26 @@ TEST(Mutants, AttentionBugsStandTenTimesAboveCorrectCode) {
     const ScenarioResult r = check_scenario(bf16, *wrapped, correct_loop(), ErrorModel{});
     if (std::string(id) == "B36" || std::string(id) == "B38") EXPECT_FALSE(r.passed()) << id;
     std::printf("%s on gpt_attention_block_bf16: accumulation err/bound %.3g\n", id, r.accumulation.worst_ratio);
+  }
+}
+
+// The convolution's mutants on conv_halo_stride2_groups (float32): each
+// one's accumulation err/bound at least 10x the correct code's worst
+// (kernel or accumulation) there.
+TEST(Mutants, ConvBugsStandTenTimesAboveCorrectCode) {
+  const ScenarioSpec& s = *find_scenario(default_scenarios(), "conv_halo_stride2_groups");
+  CpuBackend cpu;
+  const ScenarioResult c = check_scenario(s, cpu, correct_loop(), ErrorModel{});
+  ASSERT_TRUE(c.passed()) << c.first_failure();
+  const double correct = std::max(c.kernel.worst_ratio, c.accumulation.worst_ratio);
+  ASSERT_GT(correct, 0.0);
+  for (const char* id : {"B41", "B42", "B43", "B44", "B45"}) {
+    CpuBackend fresh;
+    std::unique_ptr<Backend> wrapped = find_mutant(id)->wrap_backend(fresh);
+    const ScenarioResult r = check_scenario(s, *wrapped, correct_loop(), ErrorModel{});
+    EXPECT_GE(r.accumulation.worst_ratio, 10.0 * correct) << id << " against correct code's " << correct;
+    std::printf("%s on conv_halo_stride2_groups: kernel err/bound %.3g, accumulation %.3g (correct code %.3g)\n", id,
+                r.kernel.worst_ratio, r.accumulation.worst_ratio, correct);
   }
 }
 
