@@ -43,6 +43,7 @@ struct NormConfig {
   NormKind kind = NormKind::layer;
   long groups = 1;        // group: channel groups
   long positions = 1;     // rows per sample
+  long spatial = 1;       // batch, group: columns per channel (an image's H W, NCHW); gamma and beta are per channel
   float eps = 1e-5f;       // PyTorch's default for every normalizer
   float momentum = 0.1f;  // batch: weight of the new statistics in the running ones
 };

@@ -116,6 +116,20 @@ inline void require_attention(const AttentionConfig& c, const Tensor& qkv, const
   }
 }
 
+// norm_forward / _backward: group norm's groups divide the columns and its
+// positions the rows; batch and group norm's spatial (columns per channel)
+// divides the columns, and group norm's groups divide its channels; layer
+// and rms norm have spatial 1 (their affine is per column).
+inline void require_norm(const NormConfig& c, const Tensor& x, const char* op) {
+  const bool spatial_ok = c.spatial > 0 && x.cols % c.spatial == 0 &&
+                          (c.spatial == 1 || c.kind == NormKind::batch || c.kind == NormKind::group);
+  GRADEQ_REQUIRE(spatial_ok, std::string(op) + ": " + std::to_string(c.spatial) + " columns per channel do not fit " +
+                                 std::to_string(x.cols) + " columns of this normalizer");
+  GRADEQ_REQUIRE(c.kind != NormKind::group || (c.groups > 0 && (x.cols / c.spatial) % c.groups == 0 &&
+                                                c.positions > 0 && x.rows % c.positions == 0),
+                 std::string(op) + ": groups must divide channels and positions must divide rows");
+}
+
 // conv2d_*: a configuration PyTorch would run (channels, kernel, stride,
 // dilation, groups >= 1, padding >= 0, groups dividing both channel
 // counts, the kernel's reach within the padded input); x (or dx) [rows,

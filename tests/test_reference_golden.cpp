@@ -99,9 +99,12 @@ ref::NormStatistics<Bounded> one_pass_statistics(const ref::NormShape& s, const 
 }
 
 // Normalizer files share a layout; `kind` picks the statistics groups.
+// An image's file (BatchNorm2d, GroupNorm on NCHW) says its [C, H, W]: the
+// affine is per channel, each channel H W columns.
 void check_norm_golden(const std::string& file, ref::NormKind kind, long groups) {
   const auto g = golden(file);
-  const ref::NormShape shape{kind, groups, 1, g["eps"].get<double>()};
+  const long spatial = g.contains("image") ? g["image"][1].get<long>() * g["image"][2].get<long>() : 1;
+  const ref::NormShape shape{kind, groups, 1, g["eps"].get<double>(), spatial};
   const auto x = lift<Bounded>(matrix(g["x"])), dy = lift<Bounded>(matrix(g["dy"]));
   const auto gamma = lift<Bounded>(matrix(g["weight"]));
   const Matrix<Bounded> beta = kind == ref::NormKind::rms ? Matrix<Bounded>() : lift<Bounded>(matrix(g["bias"]));
@@ -139,6 +142,23 @@ TEST(ReferenceGolden, BatchNormTrainingAndRunningStatistics) {
                                 g["momentum"].get<double>());
   expect_matches_golden(running_mean, matrix(g["running_mean_after"]), "running_mean");
   expect_matches_golden(running_var, matrix(g["running_var_after"]), "running_var");
+}
+
+// Over images, per channel (NCHW): BatchNorm2d's statistics over every
+// sample and pixel of a channel, with its running statistics; GroupNorm's
+// over one sample's group of channels with every pixel.
+TEST(ReferenceGolden, NormalizersOverImages) {
+  const auto g = golden("batchnorm2d_train");
+  check_norm_golden("batchnorm2d_train", ref::NormKind::batch, 1);
+  const long spatial = g["image"][1].get<long>() * g["image"][2].get<long>();
+  const ref::NormShape shape{ref::NormKind::batch, 1, 1, g["eps"].get<double>(), spatial};
+  auto running_mean = lift<Bounded>(matrix(g["running_mean_before"]));
+  auto running_var = lift<Bounded>(matrix(g["running_var_before"]));
+  ref::batchnorm_update_running(running_mean, running_var, ref::norm_statistics(shape, lift<Bounded>(matrix(g["x"]))),
+                                g["momentum"].get<double>());
+  expect_matches_golden(running_mean, matrix(g["running_mean_after"]), "batchnorm2d running_mean");
+  expect_matches_golden(running_var, matrix(g["running_var_after"]), "batchnorm2d running_var");
+  check_norm_golden("groupnorm2d", ref::NormKind::group, golden("groupnorm2d")["groups"].get<long>());
 }
 
 // mean over all elements = (sum of per-row means) / rows: scale 1/rows.

@@ -483,22 +483,26 @@ class NormOp : public TableOp {
   NormOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed, NormKind kind) : TableOp(b, t, seed) {
     config_.kind = kind;
     config_.positions = s.rows % 3 == 0 ? 3 : 1;
-    config_.groups = s.in % 3 == 0 ? 3 : (s.in % 2 == 0 ? 2 : 1);
+    // An image's channels of s.out pixels each for batch and group norm
+    // (BatchNorm2d, GroupNorm on NCHW); layer and rms norm per column.
+    config_.spatial = kind == NormKind::batch || kind == NormKind::group ? s.out : 1;
+    const long channels = s.in / config_.spatial;
+    config_.groups = channels % 3 == 0 ? 3 : (channels % 2 == 0 ? 2 : 1);
     const bool rms = kind == NormKind::rms, batch = kind == NormKind::batch;
     const long groups = norm_geometry(config_, s.rows, s.in).group_count();
     x_ = input(random(s.rows, s.in, 3.0), t);
-    gamma_ = input(random(1, s.in, 0.2, 1.0), t);
-    if (!rms) beta_ = input(random(1, s.in, 0.2), t);
+    gamma_ = input(random(1, channels, 0.2, 1.0), t);
+    if (!rms) beta_ = input(random(1, channels, 0.2), t);
     dy_ = input(random(s.rows, s.in), t);
     y_ = output(s.rows, s.in, t, false);
     mean_ = output(1, groups, DType::f32, false);
     rstd_ = output(1, groups, DType::f32, false);
     dx_ = output(s.rows, s.in, t, false);
-    dgamma_ = output(1, s.in, DType::f32, true);
-    if (!rms) dbeta_ = output(1, s.in, DType::f32, true);
+    dgamma_ = output(1, channels, DType::f32, true);
+    if (!rms) dbeta_ = output(1, channels, DType::f32, true);
     if (batch) {
-      running_mean_ = output(1, s.in, DType::f32, true, 0.1);
-      running_var_ = output(1, s.in, DType::f32, true, 0.1, 1.0);
+      running_mean_ = output(1, channels, DType::f32, true, 0.1);
+      running_var_ = output(1, channels, DType::f32, true, 0.1, 1.0);
     }
     bytes = bytes_of(t) * s.rows * s.in * 5.0;
   }
@@ -509,7 +513,7 @@ class NormOp : public TableOp {
   std::vector<Expectation> expected() override {
     const bool rms = config_.kind == NormKind::rms;
     const ref::NormShape shape{reference_kind(config_.kind), config_.groups, config_.positions,
-                               static_cast<double>(config_.eps)};
+                               static_cast<double>(config_.eps), config_.spatial};
     const Matrix<Bounded> x = held(x_), gamma = held(gamma_), beta = rms ? Matrix<Bounded>() : held(beta_);
     const auto stats = ref::norm_statistics(shape, x);
     const auto g = ref::norm_backward(shape, x, gamma, held(dy_), stats);
@@ -804,7 +808,9 @@ const std::vector<OpSpec>& op_table() {
   using K = ref::OptimizerKind;
   const std::vector<OpSize> gemm = {{9, 13, 5}, {1, 1, 1}, {33, 17, 8}, {65, 31, 33}};
   const std::vector<OpSize> wide = {{6, 7}, {1, 1}, {33, 17}};
-  const std::vector<OpSize> norm = {{12, 6}, {4, 5}, {30, 12}};
+  // rows, columns, columns per channel (batch and group norm over images;
+  // the others take 1): 3 channels of 4 pixels, 2 of 5 over 3-row samples.
+  const std::vector<OpSize> norm = {{12, 6}, {4, 5}, {30, 12}, {4, 12, 4}, {6, 10, 5}};
   const std::vector<OpSize> loss = {{6, 4}, {1, 2}, {17, 11}};
   const std::vector<OpSize> list = {{3, 5, 3}, {1, 1, 1}, {7, 4097, 3}};
   const std::vector<OpSize> columns = {{5, 7, 9}, {1, 1, 1}, {33, 4, 17}};

@@ -231,6 +231,36 @@ def conv2d(seed=11):
     return {"op": "conv2d", "torch": torch.__version__, "dtype": "float64", "cases": cases}
 
 
+def norm2d(op, module, samples=3, channels=4, h=3, w=5, seed=13):
+    """BatchNorm2d (training mode, its running statistics) or GroupNorm on
+    [samples, C, H, W], each sample one row of C H W values (NCHW), the
+    affine per channel."""
+    g = torch.Generator().manual_seed(seed)
+    module = module.double()
+    with torch.no_grad():
+        module.weight.copy_(1.0 + 0.2 * torch.randn(channels, generator=g, dtype=torch.float64))
+        module.bias.copy_(0.2 * torch.randn(channels, generator=g, dtype=torch.float64))
+    x = (3.0 * torch.randn(samples, channels, h, w, generator=g, dtype=torch.float64) + 0.5).requires_grad_()
+    dy = torch.randn(samples, channels, h, w, generator=g, dtype=torch.float64)
+    before = {}
+    if isinstance(module, torch.nn.BatchNorm2d):
+        before = {"running_mean_before": [listed(module.running_mean)], "running_var_before": [listed(module.running_var)]}
+    y = module(x)
+    (y * dy).sum().backward()
+    out = {"op": op, "torch": torch.__version__, "dtype": "float64", "image": [channels, h, w], "eps": module.eps,
+           "x": listed(x.reshape(samples, -1)), "dy": listed(dy.reshape(samples, -1)),
+           "y": listed(y.reshape(samples, -1)), "dx": x.grad.reshape(samples, -1).tolist(),
+           "weight": [listed(module.weight)], "bias": [listed(module.bias)],
+           "dweight": [module.weight.grad.tolist()], "dbias": [module.bias.grad.tolist()]}
+    if isinstance(module, torch.nn.GroupNorm):
+        out["groups"] = module.num_groups
+    else:
+        out.update(before)
+        out.update({"momentum": module.momentum, "running_mean_after": [listed(module.running_mean)],
+                    "running_var_after": [listed(module.running_var)]})
+    return out
+
+
 OPS = {
     # nn.GELU()'s default: x Phi(x), exact through erf.
     "gelu_erf": lambda: activation("gelu_erf", lambda x: F.gelu(x)),
@@ -241,6 +271,8 @@ OPS = {
     "bidirectional_attention": lambda: attention("bidirectional_attention", False),
     "gpt_small": gpt_small,
     "conv2d": conv2d,
+    "batchnorm2d_train": lambda: norm2d("batchnorm2d_train", torch.nn.BatchNorm2d(4)),
+    "groupnorm2d": lambda: norm2d("groupnorm2d", torch.nn.GroupNorm(2, 4)),
 }
 
 
