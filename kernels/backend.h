@@ -76,6 +76,21 @@ struct Conv2dConfig {
   GRADEQ_HD long out_size() const { return out_channels * out_height() * out_width(); }
 };
 
+// Average pooling over windows of kernel_h x kernel_w pixels at stride_h,
+// stride_w, no padding, on images stored one sample per row (NCHW): x
+// [samples, C H W], y [samples, C H_out W_out] (kernels/backend_ops.def:
+// avgpool_forward). The global average pool is one window over the image.
+struct PoolConfig {
+  long channels = 1, height = 1, width = 1;
+  long kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1;
+
+  GRADEQ_HD long out_height() const { return (height - kernel_h) / stride_h + 1; }
+  GRADEQ_HD long out_width() const { return (width - kernel_w) / stride_w + 1; }
+  GRADEQ_HD long in_size() const { return channels * height * width; }
+  GRADEQ_HD long out_size() const { return channels * out_height() * out_width(); }
+  GRADEQ_HD long count() const { return kernel_h * kernel_w; }
+};
+
 enum class OptimizerKind { sgd, adam, adamw };
 
 // One optimizer step's constants, as float32. Everything derived from the

@@ -151,6 +151,25 @@ inline void require_conv2d(const Conv2dConfig& c, const Tensor& x, const Tensor&
   if (!b.empty()) require_bias(b, c.out_channels, op);
 }
 
+// avgpool_*: windows within the image; x (or dx) [rows, C H W], y (or dy)
+// [rows, C H_out W_out].
+inline void require_pool(const PoolConfig& c, const Tensor& x, const Tensor& y, const char* op) {
+  GRADEQ_REQUIRE(c.channels > 0 && c.kernel_h > 0 && c.kernel_w > 0 && c.stride_h > 0 && c.stride_w > 0 &&
+                     c.kernel_h <= c.height && c.kernel_w <= c.width,
+                 std::string(op) + ": a " + std::to_string(c.kernel_h) + "x" + std::to_string(c.kernel_w) +
+                     " window does not fit a " + std::to_string(c.height) + "x" + std::to_string(c.width) + " image");
+  require_shape(x, x.rows, c.in_size(), op);
+  require_shape(y, x.rows, c.out_size(), op);
+}
+
+// upsample_*: x (or dx) [rows, C H W], y (or dy) [rows, C 2H 2W].
+inline void require_upsample(long channels, long height, long width, const Tensor& x, const Tensor& y,
+                             const char* op) {
+  GRADEQ_REQUIRE(channels > 0 && height > 0 && width > 0, std::string(op) + ": an empty image");
+  require_shape(x, x.rows, channels * height * width, op);
+  require_shape(y, x.rows, 4 * channels * height * width, op);
+}
+
 // The preconditions of the list ops, checked alike by every backend: the
 // lists pair up, shapes agree, a compensation buffer has its buffer's dtype.
 inline void require_accumulate_lists(std::span<const Tensor> dst, std::span<const Tensor> src,

@@ -4,6 +4,7 @@
 #include "harness/core/ops/registry.h"
 #include "reference/attention.h"
 #include "reference/conv.h"
+#include "reference/pool.h"
 #include "reference/layers.h"
 #include "reference/losses.h"
 #include "reference/model.h"
@@ -53,6 +54,29 @@ TEST(ReferenceGolden, Conv2d) {
     ref::conv2d_backward_weight(s, x, dy, dw, db);
     expect_matches_golden(std::move(dw).result(), matrix(g["dweight"]), what + " dweight");
     expect_matches_golden(std::move(db).result(), matrix(g["dbias"]), what + " dbias");
+  }
+}
+
+// nn.AvgPool2d (side by side on an odd width, overlapping), nn.AdaptiveAvgPool2d(1)
+// and nn.Upsample(scale_factor=2, mode="nearest") (reference/pool.h).
+TEST(ReferenceGolden, PoolingAndUpsampling) {
+  const auto file = golden("resample");
+  ASSERT_EQ(file["cases"].size(), 4u);
+  for (const auto& g : file["cases"]) {
+    const ref::ImageShape in{g["image"][0].get<long>(), g["image"][1].get<long>(), g["image"][2].get<long>()};
+    const std::string layer = g["layer"], what = layer + " " + ref::describe(in);
+    const auto x = lift<Bounded>(matrix(g["x"])), dy = lift<Bounded>(matrix(g["dy"]));
+    if (layer == "upsample") {
+      expect_matches_golden(ref::upsample_forward(in, x), matrix(g["y"]), what + " y");
+      expect_matches_golden(ref::upsample_backward(in, dy), matrix(g["dx"]), what + " dx");
+      continue;
+    }
+    const ref::PoolShape s = layer == "global_avgpool"
+                                 ? ref::global_pool(in)
+                                 : ref::PoolShape{in, g["kernel"].get<long>(), g["kernel"].get<long>(),
+                                                  g["stride"].get<long>(), g["stride"].get<long>()};
+    expect_matches_golden(ref::avgpool_forward(s, x), matrix(g["y"]), what + " y");
+    expect_matches_golden(ref::avgpool_backward(s, dy), matrix(g["dx"]), what + " dx");
   }
 }
 

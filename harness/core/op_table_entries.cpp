@@ -16,6 +16,7 @@
 #include "kernels/norm_geometry.h"
 #include "reference/attention.h"
 #include "reference/conv.h"
+#include "reference/pool.h"
 #include "reference/layers.h"
 #include "reference/losses.h"
 #include "reference/optimizers.h"
@@ -147,6 +148,68 @@ class Conv2dOp : public TableOp {
  private:
   Conv2dConfig c_;
   Tensor x_, w_, b_, dy_, y_, dx_, dw_, db_;
+};
+
+// ------------------------------------------------------ pooling, up-sampling
+
+// The pools the table runs (its size's `in` picks one, `rows` is the
+// samples): 2x2 windows side by side on a 6x7 image (its last column in no
+// window: dx 0 there), overlapping 3x3 windows at stride 1, and two global
+// pools (one window over the image).
+const PoolConfig kPoolCases[] = {
+    {2, 6, 7, 2, 2, 2, 2},  // channels, height, width; kernel h, w; stride h, w
+    {3, 5, 5, 3, 3, 1, 1},
+    {1, 4, 4, 4, 4, 4, 4},
+    {2, 3, 5, 3, 5, 3, 5},
+};
+
+class AvgPoolOp : public TableOp {
+ public:
+  AvgPoolOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed) : TableOp(b, t, seed), c_(kPoolCases[s.in]) {
+    x_ = input(random(s.rows, c_.in_size()), t);
+    dy_ = input(random(s.rows, c_.out_size()), t);
+    y_ = output(s.rows, c_.out_size(), t, false);
+    dx_ = output(s.rows, c_.in_size(), t, false);
+    bytes = bytes_of(t) * 2.0 * static_cast<double>(s.rows * (c_.in_size() + c_.out_size()));
+  }
+  void run() override {
+    backend_.avgpool_forward(c_, x_, y_);
+    backend_.avgpool_backward(c_, dy_, dx_);
+  }
+  std::vector<Expectation> expected() override {
+    const ref::PoolShape shape{{c_.channels, c_.height, c_.width}, c_.kernel_h, c_.kernel_w, c_.stride_h, c_.stride_w};
+    return {{"y", stored(ref::avgpool_forward(shape, held(x_)), ref::Storage::compute), &y_},
+            {"dx", stored(ref::avgpool_backward(shape, held(dy_)), ref::Storage::compute), &dx_}};
+  }
+
+ private:
+  PoolConfig c_;
+  Tensor x_, dy_, y_, dx_;
+};
+
+// samples, channels, height (the width one more).
+class UpsampleOp : public TableOp {
+ public:
+  UpsampleOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed)
+      : TableOp(b, t, seed), image_{s.in, s.out, s.out + 1} {
+    x_ = input(random(s.rows, image_.size()), t);
+    dy_ = input(random(s.rows, 4 * image_.size()), t);
+    y_ = output(s.rows, 4 * image_.size(), t, false);
+    dx_ = output(s.rows, image_.size(), t, false);
+    bytes = bytes_of(t) * 10.0 * static_cast<double>(s.rows * image_.size());
+  }
+  void run() override {
+    backend_.upsample_forward(image_.channels, image_.height, image_.width, x_, y_);
+    backend_.upsample_backward(image_.channels, image_.height, image_.width, dy_, dx_);
+  }
+  std::vector<Expectation> expected() override {
+    return {{"y", stored(ref::upsample_forward(image_, held(x_)), ref::Storage::compute), &y_},
+            {"dx", stored(ref::upsample_backward(image_, held(dy_)), ref::Storage::compute), &dx_}};
+  }
+
+ private:
+  ref::ImageShape image_;
+  Tensor x_, dy_, y_, dx_;
 };
 
 // ------------------------------------------------------------- activations
@@ -825,6 +888,10 @@ const std::vector<OpSpec>& op_table() {
   // samples, positions, head dim (two heads): one position; a position
   // count past a 32-key tile; head dims 72 (past a multiple of 32) and 3.
   const std::vector<OpSize> attention = {{3, 7, 4}, {2, 1, 8}, {2, 37, 3}, {1, 70, 72}};
+  // samples, which of kPoolCases.
+  const std::vector<OpSize> pool = {{2, 0, 0}, {3, 1, 0}, {2, 2, 0}, {1, 3, 0}};
+  // samples, channels, height (the width one more).
+  const std::vector<OpSize> upsample = {{2, 3, 2}, {1, 1, 1}, {3, 2, 5}};
   // samples, which of kConvCases.
   const std::vector<OpSize> conv = {{2, 0, 0}, {3, 1, 0}, {2, 2, 0}, {2, 3, 0}, {1, 4, 0}};
   static const std::vector<OpSpec> table = {
@@ -832,6 +899,9 @@ const std::vector<OpSpec>& op_table() {
       {"linear_backward_data", "dx = dy w", gemm, make<LinearBackwardData>()},
       {"linear_backward_weight", "dw += dy^T x, db += column sums of dy (beta = 1)", gemm, make<LinearBackwardWeight>()},
       {"conv2d", "2-D convolution forward, input gradient, weight gradient (beta = 1)", conv, make<Conv2dOp>()},
+      {"avgpool", "average pooling forward and backward (windows side by side, overlapping, global)", pool,
+       make<AvgPoolOp>()},
+      {"upsample", "nearest-neighbour up-sampling by 2, forward and backward", upsample, make<UpsampleOp>()},
       {"relu_forward", "y = max(x, 0)", wide, make<ActivationOp>(Activation::relu, false)},
       {"relu_backward", "dx = dy where x > 0", wide, make<ActivationOp>(Activation::relu, true)},
       {"gelu_forward", "GELU, tanh form", wide, make<ActivationOp>(Activation::gelu_tanh, false)},

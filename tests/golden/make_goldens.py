@@ -261,6 +261,28 @@ def norm2d(op, module, samples=3, channels=4, h=3, w=5, seed=13):
     return out
 
 
+def resample(seed=17):
+    """nn.AvgPool2d (windows side by side on an odd width; overlapping at
+    stride 1), nn.AdaptiveAvgPool2d(1) and nn.Upsample(scale_factor=2,
+    mode="nearest") on [samples, C, H, W], each sample one row (NCHW)."""
+    g = torch.Generator().manual_seed(seed)
+    cases = []
+    for name, module, (c, h, w), args in [
+            ("avgpool", torch.nn.AvgPool2d(2), (2, 6, 7), {"kernel": 2, "stride": 2}),
+            ("avgpool", torch.nn.AvgPool2d(3, stride=1), (3, 5, 5), {"kernel": 3, "stride": 1}),
+            ("global_avgpool", torch.nn.AdaptiveAvgPool2d(1), (2, 3, 5), {}),
+            ("upsample", torch.nn.Upsample(scale_factor=2, mode="nearest"), (2, 3, 4), {})]:
+        x = torch.randn(2, c, h, w, generator=g, dtype=torch.float64).requires_grad_()
+        y = module(x)
+        dy = torch.randn(y.shape, generator=g, dtype=torch.float64)
+        (y * dy).sum().backward()
+        case = {"layer": name, "image": [c, h, w], "x": listed(x.reshape(2, -1)), "dy": listed(dy.reshape(2, -1)),
+                "y": listed(y.reshape(2, -1)), "dx": x.grad.reshape(2, -1).tolist()}
+        case.update(args)
+        cases.append(case)
+    return {"op": "resample", "torch": torch.__version__, "dtype": "float64", "cases": cases}
+
+
 OPS = {
     # nn.GELU()'s default: x Phi(x), exact through erf.
     "gelu_erf": lambda: activation("gelu_erf", lambda x: F.gelu(x)),
@@ -273,6 +295,7 @@ OPS = {
     "conv2d": conv2d,
     "batchnorm2d_train": lambda: norm2d("batchnorm2d_train", torch.nn.BatchNorm2d(4)),
     "groupnorm2d": lambda: norm2d("groupnorm2d", torch.nn.GroupNorm(2, 4)),
+    "resample": resample,
 }
 
 
