@@ -5,6 +5,7 @@
 // allowance for input rounding.
 #include "harness/core/op_table.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -180,6 +181,36 @@ class AvgPoolOp : public TableOp {
     const ref::PoolShape shape{{c_.channels, c_.height, c_.width}, c_.kernel_h, c_.kernel_w, c_.stride_h, c_.stride_w};
     return {{"y", stored(ref::avgpool_forward(shape, held(x_)), ref::Storage::compute), &y_},
             {"dx", stored(ref::avgpool_backward(shape, held(dy_)), ref::Storage::compute), &dx_}};
+  }
+
+ private:
+  PoolConfig c_;
+  Tensor x_, dy_, y_, dx_;
+};
+
+// Max pooling at kPoolCases' shapes, on whole numbers in [-2, 2]: most
+// windows tie, and the tie rule (the first largest, row by row) decides
+// where dy goes; the inputs are exact, so the reference knows the winner.
+class MaxPoolOp : public TableOp {
+ public:
+  MaxPoolOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed) : TableOp(b, t, seed), c_(kPoolCases[s.in]) {
+    Matrix<double> x = random(s.rows, c_.in_size());
+    for (long i = 0; i < x.size(); ++i) x.data()[i] = std::clamp(std::round(x.data()[i] * 1.5), -2.0, 2.0);
+    x_ = input(x, t);
+    dy_ = input(random(s.rows, c_.out_size()), t);
+    y_ = output(s.rows, c_.out_size(), t, false);
+    dx_ = output(s.rows, c_.in_size(), t, false);
+    bytes = bytes_of(t) * 3.0 * static_cast<double>(s.rows * (c_.in_size() + c_.out_size()));
+  }
+  void run() override {
+    backend_.maxpool_forward(c_, x_, y_);
+    backend_.maxpool_backward(c_, x_, dy_, dx_);
+  }
+  std::vector<Expectation> expected() override {
+    const ref::PoolShape shape{{c_.channels, c_.height, c_.width}, c_.kernel_h, c_.kernel_w, c_.stride_h, c_.stride_w};
+    const Matrix<Bounded> x = held(x_);
+    return {{"y", stored(ref::maxpool_forward(shape, x), ref::Storage::compute), &y_},
+            {"dx", stored(ref::maxpool_backward(shape, x, held(dy_)), ref::Storage::compute), &dx_}};
   }
 
  private:
@@ -901,6 +932,7 @@ const std::vector<OpSpec>& op_table() {
       {"conv2d", "2-D convolution forward, input gradient, weight gradient (beta = 1)", conv, make<Conv2dOp>()},
       {"avgpool", "average pooling forward and backward (windows side by side, overlapping, global)", pool,
        make<AvgPoolOp>()},
+      {"maxpool", "max pooling forward and backward, ties to the first largest", pool, make<MaxPoolOp>()},
       {"upsample", "nearest-neighbour up-sampling by 2, forward and backward", upsample, make<UpsampleOp>()},
       {"relu_forward", "y = max(x, 0)", wide, make<ActivationOp>(Activation::relu, false)},
       {"relu_backward", "dx = dy where x > 0", wide, make<ActivationOp>(Activation::relu, true)},

@@ -1,7 +1,10 @@
-// pool2d.cpp — the host backend's average pooling (kernels/backend_ops.def):
-// every sum in float32 in a fixed order (a window's pixels row by row; an
-// input's windows by output row, then column, each term dy / count), stored
-// once.
+// pool2d.cpp — the host backend's average and max pooling
+// (kernels/backend_ops.def): every sum in float32 in a fixed order (a
+// window's pixels row by row; an input's windows by output row, then
+// column, each term dy / count), stored once; a window's winner the first
+// of its largest values, row by row.
+#include <algorithm>
+
 #include "kernels/check.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_internal.h"
@@ -52,6 +55,59 @@ void CpuBackend::avgpool_backward(const PoolConfig& c, const Tensor& dy, const T
             }
             dxv[n * c.in_size() + (ch * c.height + iy) * c.width + ix] = store<D>(s);
           }
+  });
+}
+
+namespace {
+
+// The flat index, within one sample's image, of window (ch, oy, ox)'s first
+// largest value.
+long window_winner(const PoolConfig& c, const float* image, long ch, long oy, long ox) {
+  long best = (ch * c.height + oy * c.stride_h) * c.width + ox * c.stride_w;
+  for (long ky = 0; ky < c.kernel_h; ++ky)
+    for (long kx = 0; kx < c.kernel_w; ++kx) {
+      const long i = (ch * c.height + oy * c.stride_h + ky) * c.width + ox * c.stride_w + kx;
+      if (image[i] > image[best]) best = i;
+    }
+  return best;
+}
+
+}  // namespace
+
+void CpuBackend::maxpool_forward(const PoolConfig& c, const Tensor& x, const Tensor& y) {
+  require_pool(c, x, y, "maxpool_forward");
+  const float* xv = values(x);
+  float* yv = values(y);
+  const long ho = c.out_height(), wo = c.out_width();
+  dispatch(y.dtype, [&](auto dt) {
+    constexpr DType D = decltype(dt)::value;
+    for (long n = 0; n < x.rows; ++n)
+      for (long ch = 0; ch < c.channels; ++ch)
+        for (long oy = 0; oy < ho; ++oy)
+          for (long ox = 0; ox < wo; ++ox) {
+            const float* image = xv + n * c.in_size();
+            yv[n * c.out_size() + (ch * ho + oy) * wo + ox] = store<D>(image[window_winner(c, image, ch, oy, ox)]);
+          }
+  });
+}
+
+void CpuBackend::maxpool_backward(const PoolConfig& c, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  require_pool(c, x, dy, "maxpool_backward");
+  require_shape(dx, x.rows, x.cols, "maxpool_backward dx");
+  const float *xv = values(x), *dyv = values(dy);
+  float* dxv = values(dx);
+  const long ho = c.out_height(), wo = c.out_width();
+  std::fill(dxv, dxv + dx.size(), 0.0f);
+  for (long n = 0; n < x.rows; ++n)
+    for (long ch = 0; ch < c.channels; ++ch)
+      for (long oy = 0; oy < ho; ++oy)
+        for (long ox = 0; ox < wo; ++ox) {
+          const long winner = window_winner(c, xv + n * c.in_size(), ch, oy, ox);
+          dxv[n * c.in_size() + winner] += dyv[n * c.out_size() + (ch * ho + oy) * wo + ox];
+        }
+  dispatch(dx.dtype, [&](auto dt) {
+    constexpr DType D = decltype(dt)::value;
+    for (long i = 0; i < dx.size(); ++i) dxv[i] = store<D>(dxv[i]);
   });
 }
 
