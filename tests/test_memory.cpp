@@ -44,7 +44,8 @@ TEST(Memory, MeasuredCategoriesAreThePredictionOnEveryDefaultScenario) {
       }
       // The host backend's scratch, the largest of: the float32 product of
       // a weight gradient and its column sums (a linear layer's, or a tied
-      // head's: the token embedding's weight); a token embedding's
+      // head's: the token embedding's weight); a convolution's taps and
+      // output rows with its weight gradient's product; a token embedding's
       // per-token sums [V, D]; a chunked head's tiles, dx's sums, a chunk's
       // dw sum and three values per row (at the largest micro-batch's
       // rows, which padding per micro-batch may shorten).
@@ -55,6 +56,15 @@ TEST(Memory, MeasuredCategoriesAreThePredictionOnEveryDefaultScenario) {
         if (node.parameters == 0) continue;
         const ref::ParameterInfo& w = graph.parameters[static_cast<std::size_t>(node.first_parameter)];
         if (node.op->reads_token_ids()) largest = std::max(largest, 4.0 * static_cast<double>(w.rows * w.cols));
+        if (node.op->name() == "conv2d") {
+          // im2col's taps and a group's output rows, [samples H_out W_out] by
+          // [C_in/groups k k] and [C_out/groups]; the weight gradient's
+          // product and column sums too.
+          const long count = largest_micro_batch(s.split) * node.out_image.plane();
+          const long out_per_group = w.rows / node.options.at(4);
+          largest = std::max(largest, 4.0 * static_cast<double>(count * (w.cols + out_per_group) + w.rows * (w.cols + 1)));
+          continue;
+        }
         if (node.op->ties_token_embedding() && graph.chunked_head()) {
           const long block = std::min(s.model.head_chunk_rows, rows);
           const long chunk = std::min(s.model.head_chunk_vocabulary, w.rows);
