@@ -402,6 +402,30 @@ TEST(ReferenceGolden, SmallGptWindow) {
   expect_window_matches(g, language_model_window(g), 0);
 }
 
+// A small U-Net's window (convolutions with padding, stride and groups,
+// GroupNorm over channels, max pool, up-sampling, the skip's channel
+// concatenation, average and global average pools, a linear head) against
+// PyTorch float64: its output and every parameter's gradient from dy.
+TEST(ReferenceGolden, SmallUNetWindow) {
+  const auto g = golden("unet_small");
+  ref::ModelSpec spec;
+  spec.image = {g["image"][0].get<long>(), g["image"][1].get<long>(), g["image"][2].get<long>()};
+  spec.input_features = spec.image.size();
+  spec.layers = layers_of(g["layers"]);
+  const ref::Model model(spec);
+  ref::Tensors<Bounded> params;
+  for (const ref::ParameterInfo& p : model.parameters) {
+    ASSERT_TRUE(g["parameters"].contains(p.name)) << p.name;
+    params.push_back(lift<Bounded>(matrix(g["parameters"][p.name])));
+  }
+  EXPECT_EQ(params.size(), g["parameters"].size()) << "every parameter of the golden file, once";
+  const auto tape = ref::forward(model, params, lift<Bounded>(matrix(g["x"])));
+  expect_matches_golden(tape.output(), matrix(g["y"]), "y");
+  const auto grads = ref::backward(model, params, tape, lift<Bounded>(matrix(g["dy"])));
+  for (std::size_t p = 0; p < params.size(); ++p)
+    expect_matches_golden(grads[p], matrix(g["gradients"][model.parameters[p].name]), model.parameters[p].name);
+}
+
 TEST(ReferenceGolden, ScheduleWarmupCosine) {
   const auto g = golden("schedule_warmup_cosine");
   const ref::ScheduleSpec s{true, g["warmup_steps"].get<long>(), g["total_steps"].get<long>()};

@@ -283,6 +283,67 @@ def resample(seed=17):
     return {"op": "resample", "torch": torch.__version__, "dtype": "float64", "cases": cases}
 
 
+def unet_small(seed=19):
+    """A small U-Net's window in float64: a 3x3 stem with GroupNorm, an
+    encoder pooled by 2 (max) and decoded by up-sampling, its skip a
+    channel concatenation (torch.cat on dim 1), a strided grouped
+    convolution, an average pool, the global average pool and a linear
+    head; forward on 3 images of 3 x 8 x 8, then backward from dy
+    (loss = sum(y dy)). Parameters and gradients under gradeq's names."""
+    g = torch.Generator().manual_seed(seed)
+    nn = torch.nn
+
+    class UNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Conv2d(3, 4, 3, padding=1)
+            self.stem_norm = nn.GroupNorm(2, 4)
+            self.down = nn.Conv2d(4, 6, 3, padding=1)
+            self.down_norm = nn.GroupNorm(3, 6)
+            self.up = nn.Conv2d(6, 4, 3, padding=1)
+            self.fuse = nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=2)
+            self.fuse_norm = nn.GroupNorm(4, 8)
+            self.head = nn.Linear(8, 3)
+
+        def forward(self, x):
+            x = torch.relu(self.stem_norm(self.stem(x)))
+            f = torch.relu(self.down_norm(self.down(F.max_pool2d(x, 2))))
+            f = self.up(F.interpolate(f, scale_factor=2, mode="nearest"))
+            x = torch.cat([x, f], dim=1)
+            x = torch.relu(self.fuse_norm(self.fuse(x)))
+            x = F.avg_pool2d(x, 2)
+            x = F.adaptive_avg_pool2d(x, 1).flatten(1)
+            return self.head(x)
+
+    names = {"stem.weight": "layer0.weight", "stem.bias": "layer0.bias", "stem_norm.weight": "layer1.weight",
+             "stem_norm.bias": "layer1.bias", "down.weight": "layer3.1.weight", "down.bias": "layer3.1.bias",
+             "down_norm.weight": "layer3.2.weight", "down_norm.bias": "layer3.2.bias",
+             "up.weight": "layer3.5.weight", "up.bias": "layer3.5.bias", "fuse.weight": "layer4.weight",
+             "fuse.bias": "layer4.bias", "fuse_norm.weight": "layer5.weight", "fuse_norm.bias": "layer5.bias",
+             "head.weight": "layer9.weight", "head.bias": "layer9.bias"}
+    layers = ["conv2d:4:3:padding=1", "groupnorm:2", "relu",
+              {"concat": ["maxpool:2", "conv2d:6:3:padding=1", "groupnorm:3", "relu", "upsample",
+                          "conv2d:4:3:padding=1"]},
+              "conv2d:8:3:stride=2:padding=1:groups=2", "groupnorm:4", "relu", "avgpool:2", "global_avgpool",
+              "linear:3"]
+    model = UNet().double()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.5)
+    # Float32-representable inputs: a model's input is stored in the compute dtype.
+    x = torch.randn(3, 3, 8, 8, generator=g, dtype=torch.float64).float().double()
+    y = model(x)
+    dy = torch.randn(y.shape, generator=g, dtype=torch.float64)
+    (y * dy).sum().backward()
+    params = dict(model.named_parameters())
+    return {"op": "unet_small", "torch": torch.__version__, "dtype": "float64", "image": [3, 8, 8], "layers": layers,
+            "x": listed(x.reshape(3, -1)), "dy": listed(dy), "y": listed(y),
+            "parameters": {names[k]: listed(p.reshape(p.shape[0], -1) if p.dim() > 1 else p.reshape(1, -1))
+                           for k, p in params.items()},
+            "gradients": {names[k]: (p.grad.reshape(p.shape[0], -1) if p.dim() > 1 else p.grad.reshape(1, -1)).tolist()
+                          for k, p in params.items()}}
+
+
 OPS = {
     # nn.GELU()'s default: x Phi(x), exact through erf.
     "gelu_erf": lambda: activation("gelu_erf", lambda x: F.gelu(x)),
@@ -296,6 +357,7 @@ OPS = {
     "batchnorm2d_train": lambda: norm2d("batchnorm2d_train", torch.nn.BatchNorm2d(4)),
     "groupnorm2d": lambda: norm2d("groupnorm2d", torch.nn.GroupNorm(2, 4)),
     "resample": resample,
+    "unet_small": unet_small,
 }
 
 
