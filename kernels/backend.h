@@ -43,6 +43,7 @@ struct NormConfig {
   NormKind kind = NormKind::layer;
   long groups = 1;        // group: channel groups
   long positions = 1;     // rows per sample
+  long spatial = 1;       // batch, group: columns per channel (an image's H W, NCHW); gamma and beta are per channel
   float eps = 1e-5f;       // PyTorch's default for every normalizer
   float momentum = 0.1f;  // batch: weight of the new statistics in the running ones
 };
@@ -73,6 +74,21 @@ struct Conv2dConfig {
   GRADEQ_HD long taps() const { return in_per_group() * kernel * kernel; }  // a weight row
   GRADEQ_HD long in_size() const { return in_channels * height * width; }
   GRADEQ_HD long out_size() const { return out_channels * out_height() * out_width(); }
+};
+
+// Average pooling over windows of kernel_h x kernel_w pixels at stride_h,
+// stride_w, no padding, on images stored one sample per row (NCHW): x
+// [samples, C H W], y [samples, C H_out W_out] (kernels/backend_ops.def:
+// avgpool_forward). The global average pool is one window over the image.
+struct PoolConfig {
+  long channels = 1, height = 1, width = 1;
+  long kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1;
+
+  GRADEQ_HD long out_height() const { return (height - kernel_h) / stride_h + 1; }
+  GRADEQ_HD long out_width() const { return (width - kernel_w) / stride_w + 1; }
+  GRADEQ_HD long in_size() const { return channels * height * width; }
+  GRADEQ_HD long out_size() const { return channels * out_height() * out_width(); }
+  GRADEQ_HD long count() const { return kernel_h * kernel_w; }
 };
 
 enum class OptimizerKind { sgd, adam, adamw };

@@ -116,6 +116,20 @@ inline void require_attention(const AttentionConfig& c, const Tensor& qkv, const
   }
 }
 
+// norm_forward / _backward: group norm's groups divide the columns and its
+// positions the rows; batch and group norm's spatial (columns per channel)
+// divides the columns, and group norm's groups divide its channels; layer
+// and rms norm have spatial 1 (their affine is per column).
+inline void require_norm(const NormConfig& c, const Tensor& x, const char* op) {
+  const bool spatial_ok = c.spatial > 0 && x.cols % c.spatial == 0 &&
+                          (c.spatial == 1 || c.kind == NormKind::batch || c.kind == NormKind::group);
+  GRADEQ_REQUIRE(spatial_ok, std::string(op) + ": " + std::to_string(c.spatial) + " columns per channel do not fit " +
+                                 std::to_string(x.cols) + " columns of this normalizer");
+  GRADEQ_REQUIRE(c.kind != NormKind::group || (c.groups > 0 && (x.cols / c.spatial) % c.groups == 0 &&
+                                                c.positions > 0 && x.rows % c.positions == 0),
+                 std::string(op) + ": groups must divide channels and positions must divide rows");
+}
+
 // conv2d_*: a configuration PyTorch would run (channels, kernel, stride,
 // dilation, groups >= 1, padding >= 0, groups dividing both channel
 // counts, the kernel's reach within the padded input); x (or dx) [rows,
@@ -135,6 +149,25 @@ inline void require_conv2d(const Conv2dConfig& c, const Tensor& x, const Tensor&
   require_shape(y, x.rows, c.out_size(), op);
   require_shape(w, c.out_channels, c.taps(), op);
   if (!b.empty()) require_bias(b, c.out_channels, op);
+}
+
+// avgpool_*: windows within the image; x (or dx) [rows, C H W], y (or dy)
+// [rows, C H_out W_out].
+inline void require_pool(const PoolConfig& c, const Tensor& x, const Tensor& y, const char* op) {
+  GRADEQ_REQUIRE(c.channels > 0 && c.kernel_h > 0 && c.kernel_w > 0 && c.stride_h > 0 && c.stride_w > 0 &&
+                     c.kernel_h <= c.height && c.kernel_w <= c.width,
+                 std::string(op) + ": a " + std::to_string(c.kernel_h) + "x" + std::to_string(c.kernel_w) +
+                     " window does not fit a " + std::to_string(c.height) + "x" + std::to_string(c.width) + " image");
+  require_shape(x, x.rows, c.in_size(), op);
+  require_shape(y, x.rows, c.out_size(), op);
+}
+
+// upsample_*: x (or dx) [rows, C H W], y (or dy) [rows, C 2H 2W].
+inline void require_upsample(long channels, long height, long width, const Tensor& x, const Tensor& y,
+                             const char* op) {
+  GRADEQ_REQUIRE(channels > 0 && height > 0 && width > 0, std::string(op) + ": an empty image");
+  require_shape(x, x.rows, channels * height * width, op);
+  require_shape(y, x.rows, 4 * channels * height * width, op);
 }
 
 // The preconditions of the list ops, checked alike by every backend: the

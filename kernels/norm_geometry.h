@@ -15,6 +15,11 @@ struct NormGeometry {
   long rows = 0, cols = 0;
   long groups_per_sample = 1;  // GroupNorm's channel groups
   long positions = 1;          // rows per sample
+  long spatial = 1;            // columns per channel (an image's H W, NCHW): BatchNorm2d's and GroupNorm's affine is per channel
+
+  // The channel of flat element e (its gamma's and beta's index), and the channel count.
+  GRADEQ_HD long channel(long e) const { return (e % cols) / spatial; }
+  GRADEQ_HD long channels() const { return cols / spatial; }
 
   // Statistics groups: one per row (layer, rms), per channel (batch), or
   // per sample and channel group (group).
@@ -22,7 +27,7 @@ struct NormGeometry {
     switch (kind) {
       case NormKind::layer:
       case NormKind::rms: return rows;
-      case NormKind::batch: return cols;
+      case NormKind::batch: return cols / spatial;
       case NormKind::group: return rows / positions * groups_per_sample;
     }
     return 0;
@@ -32,7 +37,7 @@ struct NormGeometry {
     switch (kind) {
       case NormKind::layer:
       case NormKind::rms: return cols;
-      case NormKind::batch: return rows;
+      case NormKind::batch: return rows * spatial;
       case NormKind::group: return positions * (cols / groups_per_sample);
     }
     return 0;
@@ -42,7 +47,7 @@ struct NormGeometry {
     switch (kind) {
       case NormKind::layer:
       case NormKind::rms: return g * cols + i;
-      case NormKind::batch: return i * cols + g;
+      case NormKind::batch: return i / spatial * cols + g * spatial + i % spatial;
       case NormKind::group: {
         const long per_group = cols / groups_per_sample;
         const long sample = g / groups_per_sample, gg = g % groups_per_sample;
@@ -57,7 +62,7 @@ struct NormGeometry {
     switch (kind) {
       case NormKind::layer:
       case NormKind::rms: return r;
-      case NormKind::batch: return c;
+      case NormKind::batch: return c / spatial;
       case NormKind::group: return (r / positions) * groups_per_sample + c / (cols / groups_per_sample);
     }
     return 0;
@@ -65,7 +70,7 @@ struct NormGeometry {
 };
 
 inline NormGeometry norm_geometry(const NormConfig& c, long rows, long cols) {
-  return NormGeometry{c.kind, rows, cols, c.groups, c.positions};
+  return NormGeometry{c.kind, rows, cols, c.groups, c.positions, c.spatial};
 }
 
 }  // namespace gradeq

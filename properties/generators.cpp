@@ -424,15 +424,34 @@ rc::Gen<ScenarioSpec> conv_scenario() {
     s.model.input_features = s.model.image.size();
     // One or two convolutions, an activation after each, then the head.
     ref::ImageShape image = s.model.image;
+    // The image the layers so far write (the model read without its loss).
+    const auto last_image = [&] {
+      ref::ModelSpec so_far = s.model;
+      so_far.loss = ref::LossKind::mse;
+      return ref::Model(so_far).images.back();
+    };
     const long convs = *rc::gen::inRange<long>(1, 3);
     for (long i = 0; i < convs; ++i) {
       const long channels = *rc::gen::element(1L, 2L, 3L, 4L, 6L, 8L);
       s.model.layers.push_back(drawn_conv(image, channels));
       s.model.layers.push_back(layer_of(*rc::gen::element("relu", "gelu", "gelu_erf")));
-      ScenarioSpec so_far = s;
-      so_far.model.loss = ref::LossKind::mse;
-      image = ref::Model(so_far.model).images.back();
+      image = last_image();
+      // A third of the time a pool after it (max or average, a window of
+      // 1-3 within the image, side by side or at stride 1), a sixth of the
+      // time an up-sampling by 2 of a small image.
+      const int next = *rc::gen::inRange(0, 6);
+      if (next < 2) {
+        const long k = *rc::gen::inRange<long>(1, std::min<long>(3, std::min(image.height, image.width)) + 1);
+        LayerSpec pool = layer_of(next == 0 ? "maxpool" : "avgpool", k);
+        pool.options = {*rc::gen::arbitrary<bool>() ? k : 1};
+        s.model.layers.push_back(pool);
+      } else if (next == 2 && image.height <= 5 && image.width <= 5) {
+        s.model.layers.push_back(layer_of("upsample"));
+      }
+      image = last_image();
     }
+    // Half of the models pool each channel to one value before the head.
+    if (*rc::gen::arbitrary<bool>()) s.model.layers.push_back(layer_of("global_avgpool"));
     s.model.layers.push_back(layer_of("linear", s.model.loss == ref::LossKind::cross_entropy
                                                     ? *rc::gen::inRange<long>(2, 8)
                                                     : *rc::gen::inRange<long>(1, 5)));

@@ -54,8 +54,10 @@ rc::Gen<ScenarioSpec> language_model_scenario();
 // language_model_scenario(), but in float32 alone on the large tier.
 rc::Gen<ScenarioSpec> attention_scenario();
 // Images through one or two convolutions (any kernel of 1-3, stride,
-// padding, dilation, groups; odd sizes and borders) and a linear head,
-// in float32 or bfloat16 compute.
+// padding, dilation, groups; odd sizes and borders), each followed by an
+// activation and at times a max or average pool or an up-sampling, the
+// global average pool half of the time, and a linear head, in float32 or
+// bfloat16 compute.
 rc::Gen<ScenarioSpec> conv_scenario();
 // Linear, one or two BatchNorms, an activation; BatchNorm gets >= 2 values
 // per channel in every micro-batch; half of them checkpoint activations.

@@ -292,8 +292,8 @@ const std::vector<Property>& default_properties() {
       {"AttentionEquivalence", "a language model's causal or bidirectional multi-head attention block over padded "
        "sequences in float32, bfloat16 and float16 compute: kernel and accumulation within the bound",
        attention_scenario(), trajectory_equivalence, true, 1.0},
-      {"ConvEquivalence", "images through 2-D convolutions (kernel 1-3, stride, padding, dilation, groups, odd sizes) "
-       "in float32 and bfloat16 compute: kernel and accumulation within the bound",
+      {"ConvEquivalence", "images through 2-D convolutions (kernel 1-3, stride, padding, dilation, groups, odd sizes), "
+       "max and average pools, up-sampling, in float32 and bfloat16 compute: kernel and accumulation within the bound",
        conv_scenario(), trajectory_equivalence, true, 0.5},
       {"LongAccumulation", "64 to 300 micro-batches into a float32 buffer: within the bound",
        long_accumulation_scenario(), trajectory_equivalence, true, 1.7},

@@ -351,6 +351,12 @@ struct NormShape {
   long groups = 1;      // GroupNorm: channel groups (must divide features)
   long positions = 1;   // rows per sample (GroupNorm statistics span them)
   double eps = 1e-5;
+  // BatchNorm and GroupNorm over images: the columns of one channel (H W,
+  // NCHW), which share its gamma and beta (and BatchNorm's statistics); 1
+  // otherwise (LayerNorm and RMSNorm: an affine per column).
+  long spatial = 1;
+
+  long channel(long col) const { return col / spatial; }
 };
 
 // Calls visit(group_index, element_count, element(i) -> (row, col)) for every
@@ -363,10 +369,12 @@ void for_each_norm_group(const NormShape& s, long rows, long features, Visit&& v
       for (long r = 0; r < rows; ++r)
         visit(features, [r](long i) { return std::pair<long, long>(r, i); });
       break;
-    case NormKind::batch:
-      for (long c = 0; c < features; ++c)
-        visit(rows, [c](long i) { return std::pair<long, long>(i, c); });
+    case NormKind::batch: {
+      const long spatial = s.spatial;
+      for (long c = 0; c < features / spatial; ++c)
+        visit(rows * spatial, [c, spatial](long i) { return std::pair<long, long>(i / spatial, c * spatial + i % spatial); });
       break;
+    }
     case NormKind::group: {
       const long per_group = features / s.groups;
       for (long sample = 0; sample < rows / s.positions; ++sample)
@@ -486,7 +494,8 @@ Matrix<T> norm_forward(const NormShape& s, const Matrix<T>& x, const Matrix<T>& 
     for (long i = 0; i < n; ++i) {
       auto [r, c] = element(i);
       const T x_hat = normalized(s, n, x(r, c), st, g);
-      y(r, c) = s.kind == NormKind::rms ? gamma(0, c) * x_hat : gamma(0, c) * x_hat + beta(0, c);
+      const long ch = s.channel(c);
+      y(r, c) = s.kind == NormKind::rms ? gamma(0, ch) * x_hat : gamma(0, ch) * x_hat + beta(0, ch);
     }
     ++g;
   });
@@ -511,10 +520,10 @@ NormCoupling<T> norm_coupling(const NormShape& s, const Matrix<T>& x, const Matr
     c.count.push_back(n);
     c.sum_g.push_back(s.kind == NormKind::rms
                           ? T(0.0)
-                          : reduce<T>(n, [&](long i) { auto [r, ch] = element(i); return gamma(0, ch) * dy(r, ch); }));
+                          : reduce<T>(n, [&](long i) { auto [r, col] = element(i); return gamma(0, s.channel(col)) * dy(r, col); }));
     c.sum_gx.push_back(reduce<T>(n, [&](long i) {
-      auto [r, ch] = element(i);
-      return gamma(0, ch) * dy(r, ch) * normalized(s, n, x(r, ch), st, g);
+      auto [r, col] = element(i);
+      return gamma(0, s.channel(col)) * dy(r, col) * normalized(s, n, x(r, col), st, g);
     }));
     ++g;
   });
@@ -561,12 +570,17 @@ Matrix<T> norm_backward(const NormShape& s, const Matrix<T>& x, const Matrix<T>&
       auto [r, c] = element(i);
       x_hat(r, c) = normalized(s, n, x(r, c), st, g);
       dx(r, c) = n == 1 && s.kind != NormKind::rms ? T(0.0)
-                                                    : st.rstd[g] * (gamma(0, c) * dy(r, c) - mean_g - x_hat(r, c) * mean_gx);
+                                                    : st.rstd[g] * (gamma(0, s.channel(c)) * dy(r, c) - mean_g - x_hat(r, c) * mean_gx);
     }
     ++g;
   });
-  dgamma.add_columns(x.rows(), features, [&](long r, long c) { return dy(r, c) * x_hat(r, c); });
-  if (dbeta) dbeta->add_columns(x.rows(), features, [&](long r, long c) -> const T& { return dy(r, c); });
+  // Per channel, over every row and the channel's columns.
+  const long spatial = s.spatial;
+  const auto at = [&](const Matrix<T>& m, long r, long ch) -> const T& {
+    return m(r / spatial, ch * spatial + r % spatial);
+  };
+  dgamma.add_columns(x.rows() * spatial, features / spatial, [&](long r, long ch) { return at(dy, r, ch) * at(x_hat, r, ch); });
+  if (dbeta) dbeta->add_columns(x.rows() * spatial, features / spatial, [&](long r, long ch) -> const T& { return at(dy, r, ch); });
   return dx;
 }
 

@@ -82,7 +82,7 @@ class Resolver {
     n.parameters = static_cast<long>(m_.parameters.size()) - n.first_parameter;
     if (l.op->ties_token_embedding()) tie(n, where);
     n.first_buffer = static_cast<long>(m_.buffers.size());
-    for (const TensorInfo& t : l.op->buffers(l.argument, n.in_widths))
+    for (const TensorInfo& t : l.op->node_buffers(n))
       m_.buffers.push_back({prefix + "." + t.name, index, t.rows, t.cols, t.init, t.start});
     n.buffers = static_cast<long>(m_.buffers.size()) - n.first_buffer;
     n.output_value = m_.widths.size();

@@ -151,6 +151,7 @@ class Op {
   virtual void check_node(const Node& n) const { check(n.argument, n.in_widths); }
   virtual long node_output_width(const Node& n) const { return output_width(n.argument, n.in_widths); }
   virtual std::vector<TensorInfo> node_parameters(const Node& n) const { return parameters(n.argument, n.in_widths); }
+  virtual std::vector<TensorInfo> node_buffers(const Node& n) const { return buffers(n.argument, n.in_widths); }
   // The output's image: by default the first input's, where the output
   // has its width (an element-wise op, a normalizer, a residual block);
   // otherwise none.

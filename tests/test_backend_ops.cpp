@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "harness/core/training_loop.h"
 #include "harness/core/backends.h"
@@ -430,6 +431,74 @@ TEST(OpTable, DataMovementEntriesCatchTheirBugs) {
       if (last % 8 != 0) {
         EXPECT_FALSE(op.prepare(tailless, size, DType::bf16, 1)->verify().passed) << name;
       }
+    }
+  }
+}
+
+// The pooling and up-sampling entries catch their kernels' bugs: an
+// average pool's backward that gives each input dy once where overlapping
+// windows read it several times (as if stride were kernel), a pool
+// dividing by its stride's area instead of its window's, and an
+// up-sampling backward that keeps one pixel of each 2x2 block's four.
+class ResampleBugBackend : public ForwardingBackend {
+ public:
+  enum class Bug { one_window, stride_area, one_of_four };
+  ResampleBugBackend(Backend& inner, Bug bug) : ForwardingBackend(inner), bug_(bug) {}
+  void avgpool_forward(const PoolConfig& c, const Tensor& x, const Tensor& y) override {
+    ForwardingBackend::avgpool_forward(c, x, y);
+    if (bug_ != Bug::stride_area || c.count() == c.stride_h * c.stride_w) return;
+    std::vector<float> v(static_cast<std::size_t>(y.size()));
+    download(y, v);
+    for (float& e : v) e = e * static_cast<float>(c.count()) / static_cast<float>(c.stride_h * c.stride_w);
+    upload(y, v);
+  }
+  void avgpool_backward(const PoolConfig& c, const Tensor& dy, const Tensor& dx) override {
+    if (bug_ != Bug::one_window) return ForwardingBackend::avgpool_backward(c, dy, dx);
+    std::vector<float> g(static_cast<std::size_t>(dy.size())), out(static_cast<std::size_t>(dx.size()), 0.0f);
+    download(dy, g);
+    const long ho = c.out_height(), wo = c.out_width();
+    for (long n = 0; n < dx.rows; ++n)
+      for (long ch = 0; ch < c.channels; ++ch)
+        for (long oy = 0; oy < ho; ++oy)
+          for (long ox = 0; ox < wo; ++ox)
+            for (long ky = 0; ky < c.kernel_h; ++ky)
+              for (long kx = 0; kx < c.kernel_w; ++kx)
+                out[static_cast<std::size_t>(n * c.in_size() + (ch * c.height + oy * c.stride_h + ky) * c.width +
+                                             ox * c.stride_w + kx)] =
+                    g[static_cast<std::size_t>(n * c.out_size() + (ch * ho + oy) * wo + ox)] / static_cast<float>(c.count());
+    upload(dx, out);
+  }
+  void upsample_backward(long channels, long height, long width, const Tensor& dy, const Tensor& dx) override {
+    if (bug_ != Bug::one_of_four) return ForwardingBackend::upsample_backward(channels, height, width, dy, dx);
+    std::vector<float> g(static_cast<std::size_t>(dy.size())), out(static_cast<std::size_t>(dx.size()));
+    download(dy, g);
+    const long plane = height * width;
+    for (long n = 0; n < dx.rows; ++n)
+      for (long ch = 0; ch < channels; ++ch)
+        for (long i = 0; i < plane; ++i)
+          out[static_cast<std::size_t>(n * dx.cols + ch * plane + i)] =
+              g[static_cast<std::size_t>(n * dy.cols + ch * 4 * plane + 2 * (i / width) * 2 * width + 2 * (i % width))];
+    upload(dx, out);
+  }
+
+ private:
+  Bug bug_;
+};
+
+TEST(OpTable, PoolAndUpsampleEntriesCatchTheirBugs) {
+  CpuBackend cpu;
+  const OpSpec& pool = find_op("avgpool");
+  const OpSpec& upsample = find_op("upsample");
+  for (auto [bug, op, failing] :
+       {std::tuple{ResampleBugBackend::Bug::one_window, &pool, std::set<long>{1}},           // overlapping windows
+        std::tuple{ResampleBugBackend::Bug::stride_area, &pool, std::set<long>{1}},          // stride 1, window 3x3
+        std::tuple{ResampleBugBackend::Bug::one_of_four, &upsample, std::set<long>{0, 1, 2}}}) {
+    ResampleBugBackend broken(cpu, bug);
+    for (const OpSize& size : op->test_sizes) {
+      EXPECT_TRUE(op->prepare(cpu, size, DType::f32, 3)->verify().passed) << op->name;
+      const long key = op == &pool ? size.in : static_cast<long>(&size - op->test_sizes.data());
+      EXPECT_EQ(op->prepare(broken, size, DType::f32, 3)->verify().passed, !failing.count(key))
+          << op->name << " bug " << static_cast<int>(bug) << " at size " << key;
     }
   }
 }

@@ -1,5 +1,6 @@
 // Models as graphs: the op registry, the resolved Model, the config syntax
 // of combinators, and the training loop's gradient buffers.
+#include <algorithm>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -82,6 +83,30 @@ TEST(Graph, ImagesThroughConvolutions) {
   refused({parse_layer("conv2d:4:5")}, {3, 3, 8});                 // the kernel reaches past the image
   refused({parse_layer("conv2d:4:3")}, {});                         // not an image
   refused({layer_of("linear", 4), parse_layer("conv2d:4:1")}, {3, 9, 8});  // a linear's output is not an image
+}
+
+// BatchNorm and GroupNorm after a convolution are BatchNorm2d and GroupNorm
+// on NCHW: weight, bias and running statistics per channel; groups must
+// divide the channels (not the columns). LayerNorm stays per element.
+TEST(Graph, NormalizersOverImagesArePerChannel) {
+  ref::ModelSpec m;
+  m.image = {3, 4, 4};
+  m.input_features = m.image.size();
+  m.layers = {parse_layer("conv2d:8:3:padding=1"), layer_of("batchnorm"), layer_of("groupnorm", 4),
+              layer_of("layernorm"), layer_of("linear", 2)};
+  const ref::Model model(m);
+  for (const char* name : {"layer1.weight", "layer1.bias", "layer2.weight", "layer2.bias"}) {
+    const auto p = std::find_if(model.parameters.begin(), model.parameters.end(), [&](const auto& q) { return q.name == name; });
+    ASSERT_NE(p, model.parameters.end()) << name;
+    EXPECT_EQ(p->cols, 8) << name;
+  }
+  EXPECT_EQ(model.parameters[6].cols, 8 * 16);  // layer3.weight: LayerNorm([C, H, W])
+  ASSERT_EQ(model.buffers.size(), 2u);
+  EXPECT_EQ(model.buffers[0].cols, 8);
+  EXPECT_EQ(norm_config(model, model.nodes[1])->spatial, 16);
+  EXPECT_EQ(norm_config(model, model.nodes[3])->spatial, 1);
+  m.layers[2] = layer_of("groupnorm", 16);  // divides 128 columns, not 8 channels
+  EXPECT_THROW(ref::validate(m), std::invalid_argument);
 }
 
 // The config's image key: C H W features per sample, and a report's

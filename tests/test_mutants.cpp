@@ -222,6 +222,22 @@ TEST(Mutants, ConvBugsFailTheOpTableWhereTheyCanShow) {
   }
 }
 
+// B46 against the op table's maxpool entry (whole numbers in [-2, 2]: ties
+// in most windows): it fails at every case, and leaves forward right.
+TEST(Mutants, MaxPoolTieBugFailsTheOpTable) {
+  const OpSpec& op = find_op("maxpool");
+  for (const BackendMutant& m : pool_op_mutants()) {
+    for (const OpSize& size : op.test_sizes) {
+      CpuBackend cpu;
+      std::unique_ptr<Backend> wrapped = m.wrap(cpu);
+      const OpVerdict v = op.prepare(*wrapped, size, DType::f32, 7)->verify();
+      EXPECT_FALSE(v.passed) << m.id << " at case " << size.in;
+      EXPECT_NE(v.message.find("dx"), std::string::npos) << v.message;
+      std::printf("%s at case %ld: %s\n", m.id.c_str(), size.in, v.message.c_str());
+    }
+  }
+}
+
 // Clipping by the global norm erases a constant factor on the gradient: a
 // pure scale bug leaves the clipped gradient, the step and the weights as
 // they should be wherever the clip binds in both runs. The accumulation

@@ -4,6 +4,7 @@
 #include "harness/core/ops/registry.h"
 #include "reference/attention.h"
 #include "reference/conv.h"
+#include "reference/pool.h"
 #include "reference/layers.h"
 #include "reference/losses.h"
 #include "reference/model.h"
@@ -56,6 +57,29 @@ TEST(ReferenceGolden, Conv2d) {
   }
 }
 
+// nn.AvgPool2d (side by side on an odd width, overlapping), nn.AdaptiveAvgPool2d(1)
+// and nn.Upsample(scale_factor=2, mode="nearest") (reference/pool.h).
+TEST(ReferenceGolden, PoolingAndUpsampling) {
+  const auto file = golden("resample");
+  ASSERT_EQ(file["cases"].size(), 4u);
+  for (const auto& g : file["cases"]) {
+    const ref::ImageShape in{g["image"][0].get<long>(), g["image"][1].get<long>(), g["image"][2].get<long>()};
+    const std::string layer = g["layer"], what = layer + " " + ref::describe(in);
+    const auto x = lift<Bounded>(matrix(g["x"])), dy = lift<Bounded>(matrix(g["dy"]));
+    if (layer == "upsample") {
+      expect_matches_golden(ref::upsample_forward(in, x), matrix(g["y"]), what + " y");
+      expect_matches_golden(ref::upsample_backward(in, dy), matrix(g["dx"]), what + " dx");
+      continue;
+    }
+    const ref::PoolShape s = layer == "global_avgpool"
+                                 ? ref::global_pool(in)
+                                 : ref::PoolShape{in, g["kernel"].get<long>(), g["kernel"].get<long>(),
+                                                  g["stride"].get<long>(), g["stride"].get<long>()};
+    expect_matches_golden(ref::avgpool_forward(s, x), matrix(g["y"]), what + " y");
+    expect_matches_golden(ref::avgpool_backward(s, dy), matrix(g["dx"]), what + " dx");
+  }
+}
+
 TEST(ReferenceGolden, Relu) {
   const auto g = golden("relu");
   const auto x = lift<Bounded>(matrix(g["x"])), dy = lift<Bounded>(matrix(g["dy"]));
@@ -99,9 +123,12 @@ ref::NormStatistics<Bounded> one_pass_statistics(const ref::NormShape& s, const 
 }
 
 // Normalizer files share a layout; `kind` picks the statistics groups.
+// An image's file (BatchNorm2d, GroupNorm on NCHW) says its [C, H, W]: the
+// affine is per channel, each channel H W columns.
 void check_norm_golden(const std::string& file, ref::NormKind kind, long groups) {
   const auto g = golden(file);
-  const ref::NormShape shape{kind, groups, 1, g["eps"].get<double>()};
+  const long spatial = g.contains("image") ? g["image"][1].get<long>() * g["image"][2].get<long>() : 1;
+  const ref::NormShape shape{kind, groups, 1, g["eps"].get<double>(), spatial};
   const auto x = lift<Bounded>(matrix(g["x"])), dy = lift<Bounded>(matrix(g["dy"]));
   const auto gamma = lift<Bounded>(matrix(g["weight"]));
   const Matrix<Bounded> beta = kind == ref::NormKind::rms ? Matrix<Bounded>() : lift<Bounded>(matrix(g["bias"]));
@@ -139,6 +166,23 @@ TEST(ReferenceGolden, BatchNormTrainingAndRunningStatistics) {
                                 g["momentum"].get<double>());
   expect_matches_golden(running_mean, matrix(g["running_mean_after"]), "running_mean");
   expect_matches_golden(running_var, matrix(g["running_var_after"]), "running_var");
+}
+
+// Over images, per channel (NCHW): BatchNorm2d's statistics over every
+// sample and pixel of a channel, with its running statistics; GroupNorm's
+// over one sample's group of channels with every pixel.
+TEST(ReferenceGolden, NormalizersOverImages) {
+  const auto g = golden("batchnorm2d_train");
+  check_norm_golden("batchnorm2d_train", ref::NormKind::batch, 1);
+  const long spatial = g["image"][1].get<long>() * g["image"][2].get<long>();
+  const ref::NormShape shape{ref::NormKind::batch, 1, 1, g["eps"].get<double>(), spatial};
+  auto running_mean = lift<Bounded>(matrix(g["running_mean_before"]));
+  auto running_var = lift<Bounded>(matrix(g["running_var_before"]));
+  ref::batchnorm_update_running(running_mean, running_var, ref::norm_statistics(shape, lift<Bounded>(matrix(g["x"]))),
+                                g["momentum"].get<double>());
+  expect_matches_golden(running_mean, matrix(g["running_mean_after"]), "batchnorm2d running_mean");
+  expect_matches_golden(running_var, matrix(g["running_var_after"]), "batchnorm2d running_var");
+  check_norm_golden("groupnorm2d", ref::NormKind::group, golden("groupnorm2d")["groups"].get<long>());
 }
 
 // mean over all elements = (sum of per-row means) / rows: scale 1/rows.
@@ -356,6 +400,30 @@ TEST(ReferenceGolden, BidirectionalAttention) { expect_attention_matches("bidire
 TEST(ReferenceGolden, SmallGptWindow) {
   const auto g = golden("gpt_small");
   expect_window_matches(g, language_model_window(g), 0);
+}
+
+// A small U-Net's window (convolutions with padding, stride and groups,
+// GroupNorm over channels, max pool, up-sampling, the skip's channel
+// concatenation, average and global average pools, a linear head) against
+// PyTorch float64: its output and every parameter's gradient from dy.
+TEST(ReferenceGolden, SmallUNetWindow) {
+  const auto g = golden("unet_small");
+  ref::ModelSpec spec;
+  spec.image = {g["image"][0].get<long>(), g["image"][1].get<long>(), g["image"][2].get<long>()};
+  spec.input_features = spec.image.size();
+  spec.layers = layers_of(g["layers"]);
+  const ref::Model model(spec);
+  ref::Tensors<Bounded> params;
+  for (const ref::ParameterInfo& p : model.parameters) {
+    ASSERT_TRUE(g["parameters"].contains(p.name)) << p.name;
+    params.push_back(lift<Bounded>(matrix(g["parameters"][p.name])));
+  }
+  EXPECT_EQ(params.size(), g["parameters"].size()) << "every parameter of the golden file, once";
+  const auto tape = ref::forward(model, params, lift<Bounded>(matrix(g["x"])));
+  expect_matches_golden(tape.output(), matrix(g["y"]), "y");
+  const auto grads = ref::backward(model, params, tape, lift<Bounded>(matrix(g["dy"])));
+  for (std::size_t p = 0; p < params.size(); ++p)
+    expect_matches_golden(grads[p], matrix(g["gradients"][model.parameters[p].name]), model.parameters[p].name);
 }
 
 TEST(ReferenceGolden, ScheduleWarmupCosine) {

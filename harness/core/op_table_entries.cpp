@@ -5,6 +5,7 @@
 // allowance for input rounding.
 #include "harness/core/op_table.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -16,6 +17,7 @@
 #include "kernels/norm_geometry.h"
 #include "reference/attention.h"
 #include "reference/conv.h"
+#include "reference/pool.h"
 #include "reference/layers.h"
 #include "reference/losses.h"
 #include "reference/optimizers.h"
@@ -147,6 +149,98 @@ class Conv2dOp : public TableOp {
  private:
   Conv2dConfig c_;
   Tensor x_, w_, b_, dy_, y_, dx_, dw_, db_;
+};
+
+// ------------------------------------------------------ pooling, up-sampling
+
+// The pools the table runs (its size's `in` picks one, `rows` is the
+// samples): 2x2 windows side by side on a 6x7 image (its last column in no
+// window: dx 0 there), overlapping 3x3 windows at stride 1, and two global
+// pools (one window over the image).
+const PoolConfig kPoolCases[] = {
+    {2, 6, 7, 2, 2, 2, 2},  // channels, height, width; kernel h, w; stride h, w
+    {3, 5, 5, 3, 3, 1, 1},
+    {1, 4, 4, 4, 4, 4, 4},
+    {2, 3, 5, 3, 5, 3, 5},
+};
+
+class AvgPoolOp : public TableOp {
+ public:
+  AvgPoolOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed) : TableOp(b, t, seed), c_(kPoolCases[s.in]) {
+    x_ = input(random(s.rows, c_.in_size()), t);
+    dy_ = input(random(s.rows, c_.out_size()), t);
+    y_ = output(s.rows, c_.out_size(), t, false);
+    dx_ = output(s.rows, c_.in_size(), t, false);
+    bytes = bytes_of(t) * 2.0 * static_cast<double>(s.rows * (c_.in_size() + c_.out_size()));
+  }
+  void run() override {
+    backend_.avgpool_forward(c_, x_, y_);
+    backend_.avgpool_backward(c_, dy_, dx_);
+  }
+  std::vector<Expectation> expected() override {
+    const ref::PoolShape shape{{c_.channels, c_.height, c_.width}, c_.kernel_h, c_.kernel_w, c_.stride_h, c_.stride_w};
+    return {{"y", stored(ref::avgpool_forward(shape, held(x_)), ref::Storage::compute), &y_},
+            {"dx", stored(ref::avgpool_backward(shape, held(dy_)), ref::Storage::compute), &dx_}};
+  }
+
+ private:
+  PoolConfig c_;
+  Tensor x_, dy_, y_, dx_;
+};
+
+// Max pooling at kPoolCases' shapes, on whole numbers in [-2, 2]: most
+// windows tie, and the tie rule (the first largest, row by row) decides
+// where dy goes; the inputs are exact, so the reference knows the winner.
+class MaxPoolOp : public TableOp {
+ public:
+  MaxPoolOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed) : TableOp(b, t, seed), c_(kPoolCases[s.in]) {
+    Matrix<double> x = random(s.rows, c_.in_size());
+    for (long i = 0; i < x.size(); ++i) x.data()[i] = std::clamp(std::round(x.data()[i] * 1.5), -2.0, 2.0);
+    x_ = input(x, t);
+    dy_ = input(random(s.rows, c_.out_size()), t);
+    y_ = output(s.rows, c_.out_size(), t, false);
+    dx_ = output(s.rows, c_.in_size(), t, false);
+    bytes = bytes_of(t) * 3.0 * static_cast<double>(s.rows * (c_.in_size() + c_.out_size()));
+  }
+  void run() override {
+    backend_.maxpool_forward(c_, x_, y_);
+    backend_.maxpool_backward(c_, x_, dy_, dx_);
+  }
+  std::vector<Expectation> expected() override {
+    const ref::PoolShape shape{{c_.channels, c_.height, c_.width}, c_.kernel_h, c_.kernel_w, c_.stride_h, c_.stride_w};
+    const Matrix<Bounded> x = held(x_);
+    return {{"y", stored(ref::maxpool_forward(shape, x), ref::Storage::compute), &y_},
+            {"dx", stored(ref::maxpool_backward(shape, x, held(dy_)), ref::Storage::compute), &dx_}};
+  }
+
+ private:
+  PoolConfig c_;
+  Tensor x_, dy_, y_, dx_;
+};
+
+// samples, channels, height (the width one more).
+class UpsampleOp : public TableOp {
+ public:
+  UpsampleOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed)
+      : TableOp(b, t, seed), image_{s.in, s.out, s.out + 1} {
+    x_ = input(random(s.rows, image_.size()), t);
+    dy_ = input(random(s.rows, 4 * image_.size()), t);
+    y_ = output(s.rows, 4 * image_.size(), t, false);
+    dx_ = output(s.rows, image_.size(), t, false);
+    bytes = bytes_of(t) * 10.0 * static_cast<double>(s.rows * image_.size());
+  }
+  void run() override {
+    backend_.upsample_forward(image_.channels, image_.height, image_.width, x_, y_);
+    backend_.upsample_backward(image_.channels, image_.height, image_.width, dy_, dx_);
+  }
+  std::vector<Expectation> expected() override {
+    return {{"y", stored(ref::upsample_forward(image_, held(x_)), ref::Storage::compute), &y_},
+            {"dx", stored(ref::upsample_backward(image_, held(dy_)), ref::Storage::compute), &dx_}};
+  }
+
+ private:
+  ref::ImageShape image_;
+  Tensor x_, dy_, y_, dx_;
 };
 
 // ------------------------------------------------------------- activations
@@ -483,22 +577,26 @@ class NormOp : public TableOp {
   NormOp(Backend& b, const OpSize& s, DType t, std::uint64_t seed, NormKind kind) : TableOp(b, t, seed) {
     config_.kind = kind;
     config_.positions = s.rows % 3 == 0 ? 3 : 1;
-    config_.groups = s.in % 3 == 0 ? 3 : (s.in % 2 == 0 ? 2 : 1);
+    // An image's channels of s.out pixels each for batch and group norm
+    // (BatchNorm2d, GroupNorm on NCHW); layer and rms norm per column.
+    config_.spatial = kind == NormKind::batch || kind == NormKind::group ? s.out : 1;
+    const long channels = s.in / config_.spatial;
+    config_.groups = channels % 3 == 0 ? 3 : (channels % 2 == 0 ? 2 : 1);
     const bool rms = kind == NormKind::rms, batch = kind == NormKind::batch;
     const long groups = norm_geometry(config_, s.rows, s.in).group_count();
     x_ = input(random(s.rows, s.in, 3.0), t);
-    gamma_ = input(random(1, s.in, 0.2, 1.0), t);
-    if (!rms) beta_ = input(random(1, s.in, 0.2), t);
+    gamma_ = input(random(1, channels, 0.2, 1.0), t);
+    if (!rms) beta_ = input(random(1, channels, 0.2), t);
     dy_ = input(random(s.rows, s.in), t);
     y_ = output(s.rows, s.in, t, false);
     mean_ = output(1, groups, DType::f32, false);
     rstd_ = output(1, groups, DType::f32, false);
     dx_ = output(s.rows, s.in, t, false);
-    dgamma_ = output(1, s.in, DType::f32, true);
-    if (!rms) dbeta_ = output(1, s.in, DType::f32, true);
+    dgamma_ = output(1, channels, DType::f32, true);
+    if (!rms) dbeta_ = output(1, channels, DType::f32, true);
     if (batch) {
-      running_mean_ = output(1, s.in, DType::f32, true, 0.1);
-      running_var_ = output(1, s.in, DType::f32, true, 0.1, 1.0);
+      running_mean_ = output(1, channels, DType::f32, true, 0.1);
+      running_var_ = output(1, channels, DType::f32, true, 0.1, 1.0);
     }
     bytes = bytes_of(t) * s.rows * s.in * 5.0;
   }
@@ -509,7 +607,7 @@ class NormOp : public TableOp {
   std::vector<Expectation> expected() override {
     const bool rms = config_.kind == NormKind::rms;
     const ref::NormShape shape{reference_kind(config_.kind), config_.groups, config_.positions,
-                               static_cast<double>(config_.eps)};
+                               static_cast<double>(config_.eps), config_.spatial};
     const Matrix<Bounded> x = held(x_), gamma = held(gamma_), beta = rms ? Matrix<Bounded>() : held(beta_);
     const auto stats = ref::norm_statistics(shape, x);
     const auto g = ref::norm_backward(shape, x, gamma, held(dy_), stats);
@@ -804,7 +902,9 @@ const std::vector<OpSpec>& op_table() {
   using K = ref::OptimizerKind;
   const std::vector<OpSize> gemm = {{9, 13, 5}, {1, 1, 1}, {33, 17, 8}, {65, 31, 33}};
   const std::vector<OpSize> wide = {{6, 7}, {1, 1}, {33, 17}};
-  const std::vector<OpSize> norm = {{12, 6}, {4, 5}, {30, 12}};
+  // rows, columns, columns per channel (batch and group norm over images;
+  // the others take 1): 3 channels of 4 pixels, 2 of 5 over 3-row samples.
+  const std::vector<OpSize> norm = {{12, 6}, {4, 5}, {30, 12}, {4, 12, 4}, {6, 10, 5}};
   const std::vector<OpSize> loss = {{6, 4}, {1, 2}, {17, 11}};
   const std::vector<OpSize> list = {{3, 5, 3}, {1, 1, 1}, {7, 4097, 3}};
   const std::vector<OpSize> columns = {{5, 7, 9}, {1, 1, 1}, {33, 4, 17}};
@@ -819,6 +919,10 @@ const std::vector<OpSpec>& op_table() {
   // samples, positions, head dim (two heads): one position; a position
   // count past a 32-key tile; head dims 72 (past a multiple of 32) and 3.
   const std::vector<OpSize> attention = {{3, 7, 4}, {2, 1, 8}, {2, 37, 3}, {1, 70, 72}};
+  // samples, which of kPoolCases.
+  const std::vector<OpSize> pool = {{2, 0, 0}, {3, 1, 0}, {2, 2, 0}, {1, 3, 0}};
+  // samples, channels, height (the width one more).
+  const std::vector<OpSize> upsample = {{2, 3, 2}, {1, 1, 1}, {3, 2, 5}};
   // samples, which of kConvCases.
   const std::vector<OpSize> conv = {{2, 0, 0}, {3, 1, 0}, {2, 2, 0}, {2, 3, 0}, {1, 4, 0}};
   static const std::vector<OpSpec> table = {
@@ -826,6 +930,10 @@ const std::vector<OpSpec>& op_table() {
       {"linear_backward_data", "dx = dy w", gemm, make<LinearBackwardData>()},
       {"linear_backward_weight", "dw += dy^T x, db += column sums of dy (beta = 1)", gemm, make<LinearBackwardWeight>()},
       {"conv2d", "2-D convolution forward, input gradient, weight gradient (beta = 1)", conv, make<Conv2dOp>()},
+      {"avgpool", "average pooling forward and backward (windows side by side, overlapping, global)", pool,
+       make<AvgPoolOp>()},
+      {"maxpool", "max pooling forward and backward, ties to the first largest", pool, make<MaxPoolOp>()},
+      {"upsample", "nearest-neighbour up-sampling by 2, forward and backward", upsample, make<UpsampleOp>()},
       {"relu_forward", "y = max(x, 0)", wide, make<ActivationOp>(Activation::relu, false)},
       {"relu_backward", "dx = dy where x > 0", wide, make<ActivationOp>(Activation::relu, true)},
       {"gelu_forward", "GELU, tanh form", wide, make<ActivationOp>(Activation::gelu_tanh, false)},

@@ -286,12 +286,11 @@ void CpuBackend::norm_forward(const NormConfig& c, const Tensor& x, const Tensor
                               const Tensor& running_mean, const Tensor& running_var) {
   const long rows = x.rows, cols = x.cols;
   const bool centred = c.kind != NormKind::rms;
-  GRADEQ_REQUIRE(c.kind != NormKind::group || (c.groups > 0 && cols % c.groups == 0 && rows % c.positions == 0),
-                 "norm_forward: groups must divide channels and positions must divide rows");
-  require_shape(gamma, 1, cols, "norm_forward gamma");
-  if (centred) require_shape(beta, 1, cols, "norm_forward beta");
-  require_shape(y, rows, cols, "norm_forward y");
+  require_norm(c, x, "norm_forward");
   const NormGeometry geo = norm_geometry(c, rows, cols);
+  require_shape(gamma, 1, geo.channels(), "norm_forward gamma");
+  if (centred) require_shape(beta, 1, geo.channels(), "norm_forward beta");
+  require_shape(y, rows, cols, "norm_forward y");
   const long groups = geo.group_count();
   require_shape(saved_mean, 1, groups, "norm_forward saved_mean");
   require_shape(saved_rstd, 1, groups, "norm_forward saved_rstd");
@@ -313,7 +312,7 @@ void CpuBackend::norm_forward(const NormConfig& c, const Tensor& x, const Tensor
     const float rstd = 1.0f / std::sqrt(sum_sq / static_cast<float>(n) + c.eps);
     for (long i = 0; i < n; ++i) {
       const long e = element(i);
-      const long ch = e % cols;
+      const long ch = geo.channel(e);
       const float x_hat = (xv[e] - mean) * rstd;
       values(y)[e] = round_to(centred ? values(gamma)[ch] * x_hat + values(beta)[ch] : values(gamma)[ch] * x_hat,
                               y.dtype);
@@ -333,13 +332,14 @@ void CpuBackend::norm_backward(const NormConfig& c, const Tensor& x, const Tenso
                                const Tensor& dgamma, const Tensor& dbeta) {
   const long rows = x.rows, cols = x.cols;
   const bool centred = c.kind != NormKind::rms;
+  require_norm(c, x, "norm_backward");
+  const NormGeometry geo = norm_geometry(c, rows, cols);
   require_shape(dy, rows, cols, "norm_backward dy");
   require_shape(dx, rows, cols, "norm_backward dx");
-  require_shape(dgamma, 1, cols, "norm_backward dgamma");
-  if (centred) require_shape(dbeta, 1, cols, "norm_backward dbeta");
+  require_shape(dgamma, 1, geo.channels(), "norm_backward dgamma");
+  if (centred) require_shape(dbeta, 1, geo.channels(), "norm_backward dbeta");
   const float *xv = values(x), *dyv = values(dy), *gv = values(gamma);
   std::vector<float> x_hat(static_cast<std::size_t>(x.size()));
-  const NormGeometry geo = norm_geometry(c, rows, cols);
   const long n = geo.group_size();
   for (long g = 0; g < geo.group_count(); ++g) {
     const auto element = [&](long i) { return geo.element(g, i); };
@@ -348,7 +348,7 @@ void CpuBackend::norm_backward(const NormConfig& c, const Tensor& x, const Tenso
     for (long i = 0; i < n; ++i) {
       const long e = element(i);
       x_hat[e] = (xv[e] - mean) * rstd;
-      const float gd = gv[e % cols] * dyv[e];
+      const float gd = gv[geo.channel(e)] * dyv[e];
       mean_g += gd;
       mean_gx += gd * x_hat[e];
     }
@@ -356,15 +356,19 @@ void CpuBackend::norm_backward(const NormConfig& c, const Tensor& x, const Tenso
     mean_gx /= static_cast<float>(n);
     for (long i = 0; i < n; ++i) {
       const long e = element(i);
-      values(dx)[e] = round_to(rstd * (gv[e % cols] * dyv[e] - mean_g - x_hat[e] * mean_gx), dx.dtype);
+      values(dx)[e] = round_to(rstd * (gv[geo.channel(e)] * dyv[e] - mean_g - x_hat[e] * mean_gx), dx.dtype);
     }
   }
-  for (long ch = 0; ch < cols; ++ch) {
+  // Per channel, over every row and the channel's columns, in that order.
+  const long spatial = geo.spatial;
+  for (long ch = 0; ch < geo.channels(); ++ch) {
     float sum_gx = 0.0f, sum_d = 0.0f;
-    for (long r = 0; r < rows; ++r) {
-      sum_gx += dyv[r * cols + ch] * x_hat[r * cols + ch];
-      sum_d += dyv[r * cols + ch];
-    }
+    for (long r = 0; r < rows; ++r)
+      for (long p = 0; p < spatial; ++p) {
+        const long e = r * cols + ch * spatial + p;
+        sum_gx += dyv[e] * x_hat[static_cast<std::size_t>(e)];
+        sum_d += dyv[e];
+      }
     values(dgamma)[ch] = round_to(values(dgamma)[ch] + sum_gx, dgamma.dtype);
     if (centred) values(dbeta)[ch] = round_to(values(dbeta)[ch] + sum_d, dbeta.dtype);
   }

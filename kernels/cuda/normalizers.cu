@@ -32,7 +32,7 @@ __global__ void norm_forward_kernel(NormGeometry geo, float eps, float momentum,
   const float rstd = 1.0f / sqrtf(sum_sq / static_cast<float>(n) + eps);
   for (long i = threadIdx.x; i < n; i += blockDim.x) {
     const long e = geo.element(g, i);
-    const long c = e % geo.cols;
+    const long c = geo.channel(e);
     const float x_hat = (load(x, tx, e) - mean) * rstd;
     const float v = load(gamma, tg, c) * x_hat;
     store(y, ty, e, centred ? v + load(beta, tb, c) : v);
@@ -59,7 +59,7 @@ __global__ void norm_backward_dx_kernel(NormGeometry geo, const void* x, DType t
   float sg = 0.0f, sgx = 0.0f;
   for (long i = threadIdx.x; i < n; i += blockDim.x) {
     const long e = geo.element(g, i);
-    const float gd = load(gamma, tg, e % geo.cols) * load(dy, tdy, e);
+    const float gd = load(gamma, tg, geo.channel(e)) * load(dy, tdy, e);
     sg += gd;
     sgx += gd * ((load(x, tx, e) - mean) * rstd);
   }
@@ -68,18 +68,19 @@ __global__ void norm_backward_dx_kernel(NormGeometry geo, const void* x, DType t
   for (long i = threadIdx.x; i < n; i += blockDim.x) {
     const long e = geo.element(g, i);
     const float x_hat = (load(x, tx, e) - mean) * rstd;
-    store(dx, tdx, e, rstd * (load(gamma, tg, e % geo.cols) * load(dy, tdy, e) - mean_g - x_hat * mean_gx));
+    store(dx, tdx, e, rstd * (load(gamma, tg, geo.channel(e)) * load(dy, tdy, e) - mean_g - x_hat * mean_gx));
   }
 }
 
-// One block per channel: dgamma += sum dy x_hat, dbeta += sum dy.
+// One block per channel: dgamma += sum dy x_hat, dbeta += sum dy, over
+// every row and the channel's spatial columns.
 __global__ void norm_backward_params_kernel(NormGeometry geo, const void* x, DType tx, const void* dy, DType tdy,
                                             const float* saved_mean, const float* saved_rstd, void* dgamma,
                                             DType tdg, void* dbeta, DType tdb) {
   const long c = blockIdx.x;
   float sgx = 0.0f, sd = 0.0f;
-  for (long r = threadIdx.x; r < geo.rows; r += blockDim.x) {
-    const long e = r * geo.cols + c;
+  for (long i = threadIdx.x; i < geo.rows * geo.spatial; i += blockDim.x) {
+    const long e = i / geo.spatial * geo.cols + c * geo.spatial + i % geo.spatial;
     const long g = geo.group_of(e);
     const float d = load(dy, tdy, e);
     sgx += d * ((load(x, tx, e) - saved_mean[g]) * saved_rstd[g]);
@@ -98,12 +99,11 @@ __global__ void norm_backward_params_kernel(NormGeometry geo, const void* x, DTy
 void CudaBackend::norm_forward(const NormConfig& c, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                const Tensor& y, const Tensor& saved_mean, const Tensor& saved_rstd,
                                const Tensor& running_mean, const Tensor& running_var) {
-  GRADEQ_REQUIRE(c.kind != NormKind::group || (c.groups > 0 && x.cols % c.groups == 0 && x.rows % c.positions == 0),
-                 "norm_forward: groups must divide channels and positions must divide rows");
-  require_shape(gamma, 1, x.cols, "norm_forward gamma");
-  if (c.kind != NormKind::rms) require_shape(beta, 1, x.cols, "norm_forward beta");
-  require_shape(y, x.rows, x.cols, "norm_forward y");
+  require_norm(c, x, "norm_forward");
   const NormGeometry geo = norm_geometry(c, x.rows, x.cols);
+  require_shape(gamma, 1, geo.channels(), "norm_forward gamma");
+  if (c.kind != NormKind::rms) require_shape(beta, 1, geo.channels(), "norm_forward beta");
+  require_shape(y, x.rows, x.cols, "norm_forward y");
   const long groups = geo.group_count();
   require_shape(saved_mean, 1, groups, "norm_forward saved_mean");
   require_shape(saved_rstd, 1, groups, "norm_forward saved_rstd");
@@ -122,20 +122,19 @@ void CudaBackend::norm_forward(const NormConfig& c, const Tensor& x, const Tenso
 void CudaBackend::norm_backward(const NormConfig& c, const Tensor& x, const Tensor& gamma, const Tensor& dy,
                                 const Tensor& saved_mean, const Tensor& saved_rstd, const Tensor& dx,
                                 const Tensor& dgamma, const Tensor& dbeta) {
+  require_norm(c, x, "norm_backward");
+  const NormGeometry geo = norm_geometry(c, x.rows, x.cols);
   require_shape(dy, x.rows, x.cols, "norm_backward dy");
   require_shape(dx, x.rows, x.cols, "norm_backward dx");
-  require_shape(dgamma, 1, x.cols, "norm_backward dgamma");
+  require_shape(dgamma, 1, geo.channels(), "norm_backward dgamma");
   const bool centred = c.kind != NormKind::rms;
-  if (centred) require_shape(dbeta, 1, x.cols, "norm_backward dbeta");
-  GRADEQ_REQUIRE(c.kind != NormKind::group || (c.groups > 0 && x.cols % c.groups == 0 && x.rows % c.positions == 0),
-                 "norm_backward: groups must divide channels and positions must divide rows");
-  const NormGeometry geo = norm_geometry(c, x.rows, x.cols);
+  if (centred) require_shape(dbeta, 1, geo.channels(), "norm_backward dbeta");
   if (x.empty() || geo.group_count() == 0) return;
   norm_backward_dx_kernel<<<static_cast<unsigned>(geo.group_count()), kThreads>>>(
       geo, x.data, x.dtype, gamma.data, gamma.dtype, dy.data, dy.dtype, static_cast<const float*>(saved_mean.data),
       static_cast<const float*>(saved_rstd.data), dx.data, dx.dtype);
   GRADEQ_LAUNCH_CHECK();
-  norm_backward_params_kernel<<<static_cast<unsigned>(x.cols), kThreads>>>(
+  norm_backward_params_kernel<<<static_cast<unsigned>(geo.channels()), kThreads>>>(
       geo, x.data, x.dtype, dy.data, dy.dtype, static_cast<const float*>(saved_mean.data),
       static_cast<const float*>(saved_rstd.data), dgamma.data, dgamma.dtype, centred ? dbeta.data : nullptr,
       dbeta.dtype);

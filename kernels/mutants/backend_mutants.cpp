@@ -511,7 +511,39 @@ class ConvOutputSizeRoundedUp : public ForwardingBackend {
   }
 };
 
+// B46 — max pooling's backward routing to the wrong tie: the winner
+// search compares with >= instead of >, so a window's dy goes to its last
+// largest value where PyTorch takes the first. Backward only.
+class MaxPoolLastTie : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  void maxpool_backward(const PoolConfig& c, const Tensor& x, const Tensor& dy, const Tensor& dx) override {
+    const std::vector<float> xv = host_copy(inner_, x), g = host_copy(inner_, dy);
+    std::vector<float> out(static_cast<std::size_t>(dx.size()), 0.0f);
+    const long ho = c.out_height(), wo = c.out_width();
+    for (long n = 0; n < x.rows; ++n)
+      for (long ch = 0; ch < c.channels; ++ch)
+        for (long oy = 0; oy < ho; ++oy)
+          for (long ox = 0; ox < wo; ++ox) {
+            long best = -1;
+            for (long ky = 0; ky < c.kernel_h; ++ky)
+              for (long kx = 0; kx < c.kernel_w; ++kx) {
+                const long i = n * c.in_size() + (ch * c.height + oy * c.stride_h + ky) * c.width + ox * c.stride_w + kx;
+                if (best < 0 || xv[static_cast<std::size_t>(i)] >= xv[static_cast<std::size_t>(best)]) best = i;
+              }
+            out[static_cast<std::size_t>(best)] += g[static_cast<std::size_t>(n * c.out_size() + (ch * ho + oy) * wo + ox)];
+          }
+    inner_.upload(dx, out);
+  }
+};
+
 }  // namespace
+
+std::vector<BackendMutant> pool_op_mutants() {
+  return {{{"B46", "max pooling's backward routes dy to a window's last largest value, not its first",
+            "the >= for > of a hand-written winner search (PyTorch takes the first)"},
+           backend_of<MaxPoolLastTie>()}};
+}
 
 std::vector<BackendMutant> single_process_backend_mutants() {
   std::vector<BackendMutant> out = {

@@ -42,6 +42,12 @@ std::vector<BackendMutant> single_process_backend_mutants();
 std::vector<BackendMutant> attention_op_mutants();
 // The convolution's (B41-B45): a subset of the list above.
 std::vector<BackendMutant> conv_op_mutants();
+// B46, max pooling's backward routing to the wrong tie: an op-level
+// mutant, not in the list above. Only exact ties can show it, and in a
+// model the exact ties before a max pool are ReLU's zeros, whose gradient
+// ReLU's backward discards whichever tie gets it (docs/BUGS.md): the op
+// table's maxpool entry, on whole numbers, is where it is caught.
+std::vector<BackendMutant> pool_op_mutants();
 // B19 in the form the backend takes it: the racy kernel on cuda, the
 // race's outcome modelled on any other backend.
 BackendMutant race_mutant_for(const Backend& backend);

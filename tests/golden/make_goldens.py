@@ -231,6 +231,119 @@ def conv2d(seed=11):
     return {"op": "conv2d", "torch": torch.__version__, "dtype": "float64", "cases": cases}
 
 
+def norm2d(op, module, samples=3, channels=4, h=3, w=5, seed=13):
+    """BatchNorm2d (training mode, its running statistics) or GroupNorm on
+    [samples, C, H, W], each sample one row of C H W values (NCHW), the
+    affine per channel."""
+    g = torch.Generator().manual_seed(seed)
+    module = module.double()
+    with torch.no_grad():
+        module.weight.copy_(1.0 + 0.2 * torch.randn(channels, generator=g, dtype=torch.float64))
+        module.bias.copy_(0.2 * torch.randn(channels, generator=g, dtype=torch.float64))
+    x = (3.0 * torch.randn(samples, channels, h, w, generator=g, dtype=torch.float64) + 0.5).requires_grad_()
+    dy = torch.randn(samples, channels, h, w, generator=g, dtype=torch.float64)
+    before = {}
+    if isinstance(module, torch.nn.BatchNorm2d):
+        before = {"running_mean_before": [listed(module.running_mean)], "running_var_before": [listed(module.running_var)]}
+    y = module(x)
+    (y * dy).sum().backward()
+    out = {"op": op, "torch": torch.__version__, "dtype": "float64", "image": [channels, h, w], "eps": module.eps,
+           "x": listed(x.reshape(samples, -1)), "dy": listed(dy.reshape(samples, -1)),
+           "y": listed(y.reshape(samples, -1)), "dx": x.grad.reshape(samples, -1).tolist(),
+           "weight": [listed(module.weight)], "bias": [listed(module.bias)],
+           "dweight": [module.weight.grad.tolist()], "dbias": [module.bias.grad.tolist()]}
+    if isinstance(module, torch.nn.GroupNorm):
+        out["groups"] = module.num_groups
+    else:
+        out.update(before)
+        out.update({"momentum": module.momentum, "running_mean_after": [listed(module.running_mean)],
+                    "running_var_after": [listed(module.running_var)]})
+    return out
+
+
+def resample(seed=17):
+    """nn.AvgPool2d (windows side by side on an odd width; overlapping at
+    stride 1), nn.AdaptiveAvgPool2d(1) and nn.Upsample(scale_factor=2,
+    mode="nearest") on [samples, C, H, W], each sample one row (NCHW)."""
+    g = torch.Generator().manual_seed(seed)
+    cases = []
+    for name, module, (c, h, w), args in [
+            ("avgpool", torch.nn.AvgPool2d(2), (2, 6, 7), {"kernel": 2, "stride": 2}),
+            ("avgpool", torch.nn.AvgPool2d(3, stride=1), (3, 5, 5), {"kernel": 3, "stride": 1}),
+            ("global_avgpool", torch.nn.AdaptiveAvgPool2d(1), (2, 3, 5), {}),
+            ("upsample", torch.nn.Upsample(scale_factor=2, mode="nearest"), (2, 3, 4), {})]:
+        x = torch.randn(2, c, h, w, generator=g, dtype=torch.float64).requires_grad_()
+        y = module(x)
+        dy = torch.randn(y.shape, generator=g, dtype=torch.float64)
+        (y * dy).sum().backward()
+        case = {"layer": name, "image": [c, h, w], "x": listed(x.reshape(2, -1)), "dy": listed(dy.reshape(2, -1)),
+                "y": listed(y.reshape(2, -1)), "dx": x.grad.reshape(2, -1).tolist()}
+        case.update(args)
+        cases.append(case)
+    return {"op": "resample", "torch": torch.__version__, "dtype": "float64", "cases": cases}
+
+
+def unet_small(seed=19):
+    """A small U-Net's window in float64: a 3x3 stem with GroupNorm, an
+    encoder pooled by 2 (max) and decoded by up-sampling, its skip a
+    channel concatenation (torch.cat on dim 1), a strided grouped
+    convolution, an average pool, the global average pool and a linear
+    head; forward on 3 images of 3 x 8 x 8, then backward from dy
+    (loss = sum(y dy)). Parameters and gradients under gradeq's names."""
+    g = torch.Generator().manual_seed(seed)
+    nn = torch.nn
+
+    class UNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Conv2d(3, 4, 3, padding=1)
+            self.stem_norm = nn.GroupNorm(2, 4)
+            self.down = nn.Conv2d(4, 6, 3, padding=1)
+            self.down_norm = nn.GroupNorm(3, 6)
+            self.up = nn.Conv2d(6, 4, 3, padding=1)
+            self.fuse = nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=2)
+            self.fuse_norm = nn.GroupNorm(4, 8)
+            self.head = nn.Linear(8, 3)
+
+        def forward(self, x):
+            x = torch.relu(self.stem_norm(self.stem(x)))
+            f = torch.relu(self.down_norm(self.down(F.max_pool2d(x, 2))))
+            f = self.up(F.interpolate(f, scale_factor=2, mode="nearest"))
+            x = torch.cat([x, f], dim=1)
+            x = torch.relu(self.fuse_norm(self.fuse(x)))
+            x = F.avg_pool2d(x, 2)
+            x = F.adaptive_avg_pool2d(x, 1).flatten(1)
+            return self.head(x)
+
+    names = {"stem.weight": "layer0.weight", "stem.bias": "layer0.bias", "stem_norm.weight": "layer1.weight",
+             "stem_norm.bias": "layer1.bias", "down.weight": "layer3.1.weight", "down.bias": "layer3.1.bias",
+             "down_norm.weight": "layer3.2.weight", "down_norm.bias": "layer3.2.bias",
+             "up.weight": "layer3.5.weight", "up.bias": "layer3.5.bias", "fuse.weight": "layer4.weight",
+             "fuse.bias": "layer4.bias", "fuse_norm.weight": "layer5.weight", "fuse_norm.bias": "layer5.bias",
+             "head.weight": "layer9.weight", "head.bias": "layer9.bias"}
+    layers = ["conv2d:4:3:padding=1", "groupnorm:2", "relu",
+              {"concat": ["maxpool:2", "conv2d:6:3:padding=1", "groupnorm:3", "relu", "upsample",
+                          "conv2d:4:3:padding=1"]},
+              "conv2d:8:3:stride=2:padding=1:groups=2", "groupnorm:4", "relu", "avgpool:2", "global_avgpool",
+              "linear:3"]
+    model = UNet().double()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.5)
+    # Float32-representable inputs: a model's input is stored in the compute dtype.
+    x = torch.randn(3, 3, 8, 8, generator=g, dtype=torch.float64).float().double()
+    y = model(x)
+    dy = torch.randn(y.shape, generator=g, dtype=torch.float64)
+    (y * dy).sum().backward()
+    params = dict(model.named_parameters())
+    return {"op": "unet_small", "torch": torch.__version__, "dtype": "float64", "image": [3, 8, 8], "layers": layers,
+            "x": listed(x.reshape(3, -1)), "dy": listed(dy), "y": listed(y),
+            "parameters": {names[k]: listed(p.reshape(p.shape[0], -1) if p.dim() > 1 else p.reshape(1, -1))
+                           for k, p in params.items()},
+            "gradients": {names[k]: (p.grad.reshape(p.shape[0], -1) if p.dim() > 1 else p.grad.reshape(1, -1)).tolist()
+                          for k, p in params.items()}}
+
+
 OPS = {
     # nn.GELU()'s default: x Phi(x), exact through erf.
     "gelu_erf": lambda: activation("gelu_erf", lambda x: F.gelu(x)),
@@ -241,6 +354,10 @@ OPS = {
     "bidirectional_attention": lambda: attention("bidirectional_attention", False),
     "gpt_small": gpt_small,
     "conv2d": conv2d,
+    "batchnorm2d_train": lambda: norm2d("batchnorm2d_train", torch.nn.BatchNorm2d(4)),
+    "groupnorm2d": lambda: norm2d("groupnorm2d", torch.nn.GroupNorm(2, 4)),
+    "resample": resample,
+    "unet_small": unet_small,
 }
 
 

@@ -1,6 +1,7 @@
 // batchnorm.cpp — BatchNorm in training mode: statistics per channel over
 // every row of the batch, and running statistics updated as PyTorch does
-// (nn.BatchNorm1d). Its statistics couple the samples of a batch, which is
+// (nn.BatchNorm1d; over an image, nn.BatchNorm2d: per channel, over every
+// sample and pixel). Its statistics couple the samples of a batch, which is
 // why accumulation cannot reproduce the full batch (docs/BATCHNORM.md).
 #include "harness/core/ops/normalizer.h"
 
@@ -11,8 +12,9 @@ class BatchNorm final : public NormRecord<ref::NormKind::batch> {
  public:
   std::string_view name() const override { return "batchnorm"; }
   bool couples_samples() const override { return true; }
-  std::vector<ref::TensorInfo> buffers(long, std::span<const long> in) const override {
-    return {{"running_mean", 1, in[0], ref::Init::small, 0.0}, {"running_var", 1, in[0], ref::Init::small, 1.0}};
+  std::vector<ref::TensorInfo> node_buffers(const ref::Node& n) const override {
+    return {{"running_mean", 1, channels(n), ref::Init::small, 0.0},
+            {"running_var", 1, channels(n), ref::Init::small, 1.0}};
   }
 };
 

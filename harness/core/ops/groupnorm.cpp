@@ -10,10 +10,10 @@ class GroupNorm final : public NormRecord<ref::NormKind::group> {
   std::string_view name() const override { return "groupnorm"; }
   std::string_view argument() const override { return "groups"; }
   std::string describe(long groups) const override { return "groupnorm(" + std::to_string(groups) + " groups)"; }
-  void check(long groups, std::span<const long> in) const override {
-    if (groups < 1 || in[0] % groups != 0)
-      throw std::invalid_argument(": " + std::to_string(groups) + " groups do not divide " + std::to_string(in[0]) +
-                                  " channels");
+  void check_node(const ref::Node& n) const override {
+    if (n.argument < 1 || channels(n) % n.argument != 0)
+      throw std::invalid_argument(": " + std::to_string(n.argument) + " groups do not divide " +
+                                  std::to_string(channels(n)) + " channels");
   }
 };
 

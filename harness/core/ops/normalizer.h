@@ -38,9 +38,18 @@ struct NormMath {
 template <ref::NormKind K>
 class NormRecord : public OpRecordWith<NormMath<K>> {
  public:
-  std::vector<ref::TensorInfo> parameters(long, std::span<const long> in) const override {
-    std::vector<ref::TensorInfo> p{{"weight", 1, in[0], ref::Init::gain}};
-    if (NormMath<K>::kHasBeta) p.push_back({"bias", 1, in[0], ref::Init::shift});
+  // BatchNorm and GroupNorm over an image are per channel (BatchNorm2d,
+  // GroupNorm on NCHW): each channel's H W columns share its affine (and
+  // BatchNorm's statistics). LayerNorm and RMSNorm keep one per column.
+  static constexpr bool kPerChannel = K == ref::NormKind::batch || K == ref::NormKind::group;
+  static long spatial(const ref::Node& n) {
+    return kPerChannel && n.in_images.at(0).is_image() ? n.in_images[0].plane() : 1;
+  }
+  static long channels(const ref::Node& n) { return n.in_widths.at(0) / spatial(n); }
+
+  std::vector<ref::TensorInfo> node_parameters(const ref::Node& n) const override {
+    std::vector<ref::TensorInfo> p{{"weight", 1, channels(n), ref::Init::gain}};
+    if (NormMath<K>::kHasBeta) p.push_back({"bias", 1, channels(n), ref::Init::shift});
     return p;
   }
   bool normalizes() const override { return true; }
@@ -50,6 +59,7 @@ class NormRecord : public OpRecordWith<NormMath<K>> {
     s.kind = K;
     s.groups = K == ref::NormKind::group ? node.argument : 1;
     s.positions = model.spec.positions;
+    s.spatial = spatial(node);
     s.eps = model.spec.norm_eps;
     return s;
   }

@@ -167,6 +167,7 @@ std::optional<NormConfig> norm_config(const ref::Model& model, const ref::Node& 
   if (!shape) return std::nullopt;
   NormConfig c;
   c.positions = shape->positions;
+  c.spatial = shape->spatial;
   c.eps = static_cast<float>(shape->eps);
   c.momentum = static_cast<float>(model.spec.bn_momentum);
   c.groups = shape->groups;
