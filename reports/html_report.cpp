@@ -89,7 +89,8 @@ figcaption { font-size: 0.85em; color: #555; } .missing { color: #b71c1c; } code
 }  // namespace
 
 std::string report_html(const nlohmann::json& report, const DrawnFigures& drawn, const nlohmann::json* drift,
-                        const nlohmann::json* selftest) {
+                        const Attached& attached) {
+  const nlohmann::json* selftest = attached.selftest;
   const bool passed = report.at("passed").get<bool>();
   std::ostringstream h;
   h << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>gradeq report: "
@@ -211,6 +212,15 @@ std::string report_html(const nlohmann::json& report, const DrawnFigures& drawn,
   if (report.contains("precision_sweep")) {
     h << "<h2>Accumulation precision</h2>\n";
     figures_of(h, drawn, "precision_sweep");
+  }
+  if (const nlohmann::json* t = attached.training) {
+    h << "<h2>Normalizers over a training run</h2>\n<p id=\"norm-training\">"
+      << (t->at("passed").get<bool>() ? "Every normalizer that treats samples independently stayed within its bounds' reach"
+                                      : "FAILED: a normalizer that treats samples independently left its bounds' reach")
+      << escaped(fmt::format(" over {} windows ({}; {:.0f} s).", t->at("windows").get<long>(),
+                             t->at("task").get<std::string>(), t->at("seconds").get<double>()))
+      << "</p>\n";
+    figures_of(h, drawn, "norm_training");
   }
   if (selftest) {
     h << "<h2>Self-test</h2>\n<p>" << (selftest->at("passed").get<bool>() ? "passed" : "FAILED")

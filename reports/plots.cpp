@@ -384,17 +384,140 @@ std::string run_gnuplot(const std::filesystem::path& script, const std::filesyst
   return "";
 }
 
+// The training sweep (sweep_norms.json of `gradeq sweep norms --windows K`):
+// per normalizer and micro-batch size, against the window.
+std::vector<Figure> training_figures(const nlohmann::json& t) {
+  static const char* colours[] = {"#1565c0", "#ef6c00", "#2e7d32", "#6a1b9a", "#c62828", "#00838f", "#5d4037"};
+  const std::string about = t.at("model").get<std::string>() + "; " + t.at("task").get<std::string>() + ".";
+  std::vector<std::string> norms;
+  for (const nlohmann::json& n : t.at("one_batch")) norms.push_back(n.at("norm").get<std::string>());
+  const auto norm_index = [&](const std::string& n) {
+    return static_cast<std::size_t>(std::find(norms.begin(), norms.end(), n) - norms.begin());
+  };
+  std::vector<long> sizes;
+  for (const nlohmann::json& c : t.at("curves")) {
+    const long b = c.at("micro_batch").get<long>();
+    if (std::find(sizes.begin(), sizes.end(), b) == sizes.end()) sizes.push_back(b);
+  }
+  const auto size_index = [&](long b) {
+    return static_cast<std::size_t>(std::find(sizes.begin(), sizes.end(), b) - sizes.begin());
+  };
+  const auto label = [](const nlohmann::json& c) {
+    return fmt::format("{} b={} (N={})", c.at("norm").get<std::string>(), c.at("micro_batch").get<long>(),
+                       c.at("micro_batches").get<long>());
+  };
+  const std::string by_window = "set grid lc rgb \"#dddddd\"\nset xlabel \"window (optimizer step)\"\nset key outside right font \",9\"\n";
+  // 1. Distance between the trajectories, every curve: colour by micro-batch
+  //    size, dash by normalizer.
+  std::ostringstream blocks, dist, drift, loss;
+  std::size_t i = 0, drifts = 0;
+  for (const nlohmann::json& c : t.at("curves")) {
+    blocks << "$c" << i << " << EOD\n";
+    const nlohmann::json& d = c.at("distance");
+    for (std::size_t w = 0; w < d.size(); ++w) {
+      blocks << w + 1 << " " << log_value(number(d[w])) << " "
+             << (c.contains("running_drift") ? log_value(number(c.at("running_drift")[w])) : "NaN") << " "
+             << number(c.at("accumulated")[w].at("held_out_loss")) << "\n";
+    }
+    blocks << "EOD\n";
+    const std::string style = fmt::format("lw 2 dt {} lc rgb \"{}\"", 1 + norm_index(c.at("norm").get<std::string>()),
+                                          colours[size_index(c.at("micro_batch").get<long>()) % 7]);
+    dist << (i ? ", " : "plot ") << "$c" << i << " using 1:2 with lines " << style << " title " << quoted(label(c));
+    if (c.contains("running_drift"))
+      drift << (drifts++ ? ", " : "plot ") << "$c" << i << " using 1:3 with lines " << style << " title " << quoted(label(c));
+    if (c.at("expected_divergence").get<bool>())
+      loss << ", $c" << i << " using 1:4 with lines " << style << " title " << quoted(label(c));
+    ++i;
+  }
+  std::vector<Figure> out;
+  Figure d;
+  d.id = "norm_training_distance";
+  d.section = "norm_training";
+  d.title = "Accumulated against one batch over training: parameter distance";
+  d.caption = "||theta_acc - theta_full|| / ||theta_full - theta_0|| after each window. Colour: micro-batch size; "
+              "dash: normalizer. Only BatchNorm's trajectories part; the others stay at float64 rounding (and within "
+              "their bounds: see the table). " + about;
+  d.script = blocks.str() + by_window + "set logscale y\nset format y \"10^{%L}\"\nset ylabel \"parameter distance\"\n" +
+             dist.str() + "\n";
+  d.tall = true;
+  out.push_back(d);
+  // 2. Held-out accuracy after the last window against the micro-batch
+  //    size, accumulated and one batch, per normalizer (Wu & He's figure).
+  std::ostringstream acc_blocks, acc_plot;
+  for (std::size_t n = 0; n < norms.size(); ++n) {
+    const double full = number(t.at("one_batch")[n].at("points").back().at("held_out_accuracy"));
+    acc_blocks << "$a" << n << " << EOD\n";
+    for (const nlohmann::json& c : t.at("curves"))
+      if (c.at("norm").get<std::string>() == norms[n])
+        acc_blocks << c.at("micro_batch").get<long>() << " " << 100.0 * number(c.at("accumulated").back().at("held_out_accuracy"))
+                   << " " << 100.0 * full << "\n";
+    acc_blocks << "EOD\n";
+    const char* colour = colours[n % 7];
+    acc_plot << (n ? ", " : "plot ") << "$a" << n << " using 1:2 with linespoints lw 2 pt 7 lc rgb \"" << colour
+             << "\" title " << quoted(norms[n] + ", accumulated") << ", $a" << n
+             << " using 1:3 with lines dt 2 lw 1.5 lc rgb \"" << colour << "\" title " << quoted(norms[n] + ", one batch");
+  }
+  Figure a;
+  a.id = "norm_training_accuracy";
+  a.section = "norm_training";
+  a.title = "Held-out accuracy after training, against micro-batch size";
+  a.caption = "Evaluation mode (BatchNorm with its running statistics) after the last window. Solid: accumulated over "
+              "N micro-batches of b; dashed: the same steps as one batch. " + about;
+  a.script = acc_blocks.str() + "set logscale x 2\nset grid lc rgb \"#dddddd\"\nset xlabel \"samples per micro-batch\"\n"
+             "set ylabel \"held-out accuracy (%)\"\nset key outside right font \",9\"\n" + acc_plot.str() + "\n";
+  out.push_back(a);
+  // 3. BatchNorm's held-out loss over training, accumulated and one batch.
+  std::ostringstream full_blocks, full_plot;
+  for (std::size_t n = 0; n < norms.size(); ++n) {
+    bool diverges = false;
+    for (const nlohmann::json& c : t.at("curves"))
+      diverges = diverges || (c.at("norm").get<std::string>() == norms[n] && c.at("expected_divergence").get<bool>());
+    if (!diverges) continue;
+    full_blocks << "$f" << n << " << EOD\n";
+    const nlohmann::json& p = t.at("one_batch")[n].at("points");
+    for (std::size_t w = 0; w < p.size(); ++w)
+      full_blocks << w + 1 << " " << number(p[w].at("held_out_loss")) << "\n";
+    full_blocks << "EOD\n";
+    full_plot << (full_plot.tellp() > 0 ? ", " : "plot ") << "$f" << n << " using 1:2 with lines lw 3 lc rgb \"black\" title "
+              << quoted(norms[n] + " one batch");
+  }
+  if (full_plot.tellp() > 0) {
+    Figure l;
+    l.id = "norm_training_loss";
+    l.section = "norm_training";
+    l.title = "BatchNorm: held-out loss over training";
+    l.caption = "Mean cross-entropy on the held-out set in evaluation mode after each window: one batch (black) and "
+                "accumulated at each micro-batch size. " + about;
+    l.script = blocks.str() + full_blocks.str() + by_window + "set ylabel \"held-out loss\"\n" + full_plot.str() + loss.str() + "\n";
+    out.push_back(l);
+  }
+  // 4. BatchNorm's running statistics.
+  if (drifts > 0) {
+    Figure r;
+    r.id = "norm_training_running";
+    r.section = "norm_training";
+    r.title = "BatchNorm running statistics over training: drift";
+    r.caption = "||S_acc - S_full|| / ||S_full - S_0|| after each window, S the running means and variances. " + about;
+    r.script = blocks.str() + by_window + "set logscale y\nset format y \"10^{%L}\"\nset ylabel \"running-statistics drift\"\n" +
+               drift.str() + "\n";
+    out.push_back(r);
+  }
+  return out;
+}
+
 }  // namespace
 
-std::vector<Figure> report_figures(const nlohmann::json& report, const nlohmann::json* selftest) {
+std::vector<Figure> report_figures(const nlohmann::json& report, const Attached& attached) {
   std::vector<Figure> out;
   for (const nlohmann::json& s : report.at("scenarios")) out.push_back(scenario_figure(s));
   if (std::optional<Figure> memory = memory_figure(report)) out.push_back(std::move(*memory));
   if (report.contains("norm_sweep"))
     for (Figure& f : norm_figures(report.at("norm_sweep"))) out.push_back(std::move(f));
   if (report.contains("precision_sweep")) out.push_back(precision_figure(report.at("precision_sweep")));
-  if (selftest)
-    for (Figure& f : selftest_figures(*selftest)) out.push_back(std::move(f));
+  if (attached.selftest)
+    for (Figure& f : selftest_figures(*attached.selftest)) out.push_back(std::move(f));
+  if (attached.training)
+    for (Figure& f : training_figures(*attached.training)) out.push_back(std::move(f));
   return out;
 }
 

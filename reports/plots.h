@@ -12,9 +12,17 @@
 
 namespace gradeq {
 
+// Studies run apart from the report and shown in it: a self-test
+// (selftest.json from `gradeq selftest --out`) and the normalizer training
+// sweep (sweep_norms.json from `gradeq sweep norms --windows K --out`).
+struct Attached {
+  const nlohmann::json* selftest = nullptr;
+  const nlohmann::json* training = nullptr;
+};
+
 struct Figure {
   std::string id;       // file stem: plots/<id>.svg, plots/<id>.gp
-  std::string section;  // "scenario:<name>", "norm_sweep", "precision_sweep", "selftest"
+  std::string section;  // "scenario:<name>", "norm_sweep", "precision_sweep", "selftest", "norm_training"
   std::string title, caption;
   std::string script;   // gnuplot commands after the terminal and output are set
   bool tall = false;    // 560 pixels high instead of 420 (long tick labels)
@@ -24,8 +32,9 @@ struct Figure {
 // next to its error and bound; the norm sweep's divergence and running-
 // statistics drift by micro-batch size; the precision sweep's error and
 // bound by N; with a self-test, its kill matrix and the campaign's
-// histogram with each mutant's smallest detecting ratio.
-std::vector<Figure> report_figures(const nlohmann::json& report, const nlohmann::json* selftest = nullptr);
+// histogram with each mutant's smallest detecting ratio; with the training
+// sweep, its distance, held-out, training-loss and drift figures.
+std::vector<Figure> report_figures(const nlohmann::json& report, const Attached& attached = {});
 
 struct DrawnFigures {
   std::vector<Figure> figures;

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/core/norm_training.h"
 #include "harness/gate/catalogue.h"
 #include "harness/gate/gate.h"
 #include "harness/gate/plan.h"
@@ -25,6 +26,10 @@ nlohmann::json selftest_json(const SelfTestReport& report);
 std::string selftest_markdown(const SelfTestReport& report);
 nlohmann::json norm_sweep_json(const NormSweep& sweep);
 std::string norm_sweep_markdown(const NormSweep& sweep);
+// `gradeq sweep norms --windows K`: sweep_norms.json (a report shows it
+// when given it: Attached::training) and its Markdown.
+nlohmann::json norm_training_json(const NormTraining& training);
+std::string norm_training_markdown(const NormTraining& training);
 nlohmann::json precision_sweep_json(const PrecisionSweep& sweep);
 std::string precision_sweep_markdown(const PrecisionSweep& sweep);
 // report.md: a summary read in a minute (the verdict table, failures in
@@ -34,7 +39,7 @@ std::string report_markdown(const CheckReport& report, const std::vector<Figure>
 // report.html: self-contained (inline SVG figures, no script), the verdict
 // at the top, failures in full, details folded per scenario.
 std::string report_html(const nlohmann::json& report, const DrawnFigures& figures, const nlohmann::json* drift = nullptr,
-                        const nlohmann::json* selftest = nullptr);
+                        const Attached& attached = {});
 // With drift (compare_to_baseline), a "drift" test case: a <failure> when
 // fail_on_drift and anything drifted.
 std::string report_junit(const CheckReport& report, const nlohmann::json* drift = nullptr, bool fail_on_drift = false);
@@ -72,11 +77,11 @@ std::string selftest_summary(const SelfTestReport& report);
 std::string catalogue_listing(const Catalogue& catalogue, const std::string& what);
 
 // Writes report.json, report.md and junit.xml into dir (created if
-// needed); with plots, also report.html and the figures in dir/plots (a
-// self-test's too, where selftest is given). Returns why figures are
-// missing (gnuplot absent or failing), empty when none is.
+// needed); with plots, also report.html and the figures in dir/plots (the
+// attached studies' too). Returns why figures are missing (gnuplot absent
+// or failing), empty when none is.
 std::string write_reports(const std::filesystem::path& dir, const CheckReport& report, const nlohmann::json* drift = nullptr,
-                          bool fail_on_drift = false, bool plots = false, const nlohmann::json* selftest = nullptr);
+                          bool fail_on_drift = false, bool plots = false, const Attached& attached = {});
 void write_text(const std::filesystem::path& path, const std::string& text);
 // Removes an earlier run's reports from dir before a run writes new ones,
 // so that a run that does not finish leaves none that look current.

@@ -54,7 +54,7 @@ void remove_stale(const std::filesystem::path& dir, std::initializer_list<const 
 }
 
 std::string write_reports(const std::filesystem::path& dir, const CheckReport& report, const nlohmann::json* drift,
-                          bool fail_on_drift, bool plots, const nlohmann::json* selftest) {
+                          bool fail_on_drift, bool plots, const Attached& attached) {
   std::filesystem::create_directories(dir);
   nlohmann::json json = report_json(report);
   if (drift) json["drift"] = *drift;
@@ -64,9 +64,9 @@ std::string write_reports(const std::filesystem::path& dir, const CheckReport& r
     write_text(dir / "report.md", report_markdown(report) + (drift ? drift_markdown(*drift) : std::string()));
     return "";
   }
-  const DrawnFigures drawn = draw_figures(report_figures(json, selftest), dir / "plots");
+  const DrawnFigures drawn = draw_figures(report_figures(json, attached), dir / "plots");
   write_text(dir / "report.md", report_markdown(report, &drawn.figures) + (drift ? drift_markdown(*drift) : std::string()));
-  write_text(dir / "report.html", report_html(json, drawn, drift, selftest));
+  write_text(dir / "report.html", report_html(json, drawn, drift, attached));
   return drawn.problem;
 }
 

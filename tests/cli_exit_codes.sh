@@ -88,6 +88,10 @@ expect 0 "Gradient divergence" -- sweep norms --seeds 2 --out "$work/sweep"
 [ -s "$work/sweep/sweep_norms.json" ] || { echo "FAIL: sweep did not write sweep_norms.json"; failures=$((failures + 1)); }
 expect 2 "norms" -- sweep colours
 expect 2 "seeds" -- sweep norms --seeds 0
+expect 2 "windows applies to .sweep norms" -- sweep precision --windows 2
+expect 2 "seeds applies to the one-window study" -- sweep norms --windows 2 --seeds 3
+expect 2 "windows" -- sweep norms --windows 0
+expect 2 "not a training sweep" -- report --norm-training "$work/sweep/sweep_norms.json" --out "$work/r_nt"
 expect 0 "float32 \+ Kahan" -- sweep precision --seeds 1
 grep -q "plots/norm_divergence.svg" "$work/report/report.md" || { echo "FAIL: report.md does not link the normalizer study"; failures=$((failures + 1)); }
 # Without gnuplot the report is still written, and says why its figures are missing.

@@ -3,7 +3,11 @@
 // stay within float64 rounding (checked against the reference's own bound).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <limits>
+
 #include "harness/core/norm_sweep.h"
+#include "harness/core/norm_training.h"
 #include "harness/core/reference_run.h"
 #include "harness/core/tolerance.h"
 
@@ -61,6 +65,81 @@ TEST(NormSweep, RejectsSizesThatDoNotDivideTheBatch) {
   EXPECT_THROW(run_norm_sweep(o), std::invalid_argument);
   o.micro_batch_sizes = {0};
   EXPECT_THROW(run_norm_sweep(o), std::invalid_argument);
+}
+
+// The training sweep, short: GroupNorm's accumulated trajectory stays at
+// float64 rounding and within its bounds' reach window after window;
+// BatchNorm's parts from the one-batch trajectory, far beyond its bounds,
+// and is excused only as the expected divergence; one micro-batch is the
+// one batch itself.
+TEST(NormTraining, GroupNormStaysWithinReachAndBatchNormParts) {
+  NormTrainingOptions o;
+  o.windows = 3;
+  o.micro_batch_sizes = {32, 2};
+  o.norms = {"batchnorm", "groupnorm:4"};
+  o.held_out = 64;
+  const NormTraining t = run_norm_training(o);
+  ASSERT_EQ(t.curves.size(), 4u);
+  ASSERT_EQ(t.one_batch.size(), 2u);
+  for (const NormTrainingCurve& c : t.curves) {
+    ASSERT_EQ(c.distance.size(), 3u);
+    ASSERT_EQ(c.accumulated.size(), 3u);
+    SCOPED_TRACE(c.norm + " b=" + std::to_string(c.micro_batch));
+    if (c.micro_batch == 32) {
+      EXPECT_EQ(c.micro_batches, 1);
+      EXPECT_EQ(c.distance.back(), 0.0);
+      EXPECT_FALSE(c.expected_divergence);
+    } else if (c.norm == "groupnorm:4") {
+      EXPECT_FALSE(c.expected_divergence);
+      EXPECT_TRUE(c.within_reach());
+      EXPECT_GT(c.distance.back(), 0.0) << "16 micro-batches round differently from one batch";
+      EXPECT_LT(c.distance.back(), 1e-13);
+      EXPECT_TRUE(c.running_drift.empty());
+    } else {
+      EXPECT_TRUE(c.expected_divergence);
+      EXPECT_FALSE(c.within_reach()) << "the check sees BatchNorm's departure";
+      EXPECT_GT(*std::max_element(c.worst_ratio.begin(), c.worst_ratio.end()), 1e6);
+      EXPECT_GT(c.distance.back(), 1e-2);
+      ASSERT_EQ(c.running_drift.size(), 3u);
+      EXPECT_GT(c.running_drift.back(), 1e-2);
+    }
+  }
+  EXPECT_TRUE(t.passed());
+  // The held-out figures are the model's, in evaluation mode: a trajectory
+  // and the same trajectory agree, accuracy is a fraction.
+  for (const TrainingPoint& p : t.one_batch[1]) {
+    EXPECT_GE(p.held_out_accuracy, 0.0);
+    EXPECT_LE(p.held_out_accuracy, 1.0);
+    EXPECT_GT(p.held_out_loss, 0.0);
+  }
+}
+
+// The verdict: a curve that should be equivalent fails the sweep when any
+// window's ratio is above 1 or not a number; expected divergence never does.
+TEST(NormTraining, ACurveLeavingItsReachFailsTheSweep) {
+  NormTraining t;
+  NormTrainingCurve c;
+  c.worst_ratio = {0.2, 0.9};
+  t.curves = {c};
+  EXPECT_TRUE(t.passed());
+  t.curves[0].worst_ratio = {0.2, 1.5};
+  EXPECT_FALSE(t.passed());
+  t.curves[0].worst_ratio = {std::numeric_limits<double>::quiet_NaN()};
+  EXPECT_FALSE(t.passed()) << "NaN never passes";
+  t.curves[0].expected_divergence = true;
+  EXPECT_TRUE(t.passed());
+}
+
+TEST(NormTraining, RejectsWhatItCannotRun) {
+  NormTrainingOptions o;
+  o.micro_batch_sizes = {3};
+  EXPECT_THROW(run_norm_training(o), std::invalid_argument);
+  o.micro_batch_sizes = {2};
+  o.windows = 0;
+  EXPECT_THROW(run_norm_training(o), std::invalid_argument);
+  o.windows = 1;
+  o.norms = {"spectralnorm"};
+  EXPECT_THROW(run_norm_training(o), std::invalid_argument);
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 //
 //   gradeq check   [options]            the gate: exit 0 pass, 1 failure
 //   gradeq report  --out DIR [options]  the gate, plus report.json/.md and junit.xml
-//   gradeq sweep   norms|precision [--seeds N] [--seed S] [--backend B] [--out DIR]   the studies
+//   gradeq sweep   norms|precision [--seeds N] [--windows K] [--seed S] [--backend B] [--out DIR]   the studies
 //   gradeq selftest [--campaign N] [--out DIR]      every property vs every mutant
 //   gradeq verify  DIR [--report DIR] [--junit F]  judge an external run's window set
 //   gradeq list    [scenarios|properties|mutants|backends|all]
@@ -86,6 +86,7 @@ struct CheckArgs {
   std::string baseline;        // an earlier report.json to compare against
   bool fail_on_drift = false;  // drift fails the run (exit 1)
   std::string selftest;        // a selftest.json whose figures the report shows
+  std::string training;        // a training sweep's sweep_norms.json the report shows
   double timeout = kDefaultTimeout;  // data-parallel: seconds a collective may wait
   bool cases_given = false, size_given = false, timeout_given = false;
   std::uint64_t command = 0;  // a hash of the command line (every rank must run the same)
@@ -167,6 +168,10 @@ void add_check_options(CLI::App& cmd, CheckArgs& a) {
   cmd.add_option("--selftest", a.selftest,
                  "Show this selftest.json (from `gradeq selftest --out`) in the report: kill matrix, campaign")
       ->check(CLI::ExistingFile);
+  cmd.add_option("--norm-training", a.training,
+                 "Show this sweep_norms.json (from `gradeq sweep norms --windows K --out`) in the report: "
+                 "BatchNorm against GroupNorm and LayerNorm over training")
+      ->check(CLI::ExistingFile);
 }
 
 // A run seed: any 64-bit unsigned value, written in decimal, nothing else
@@ -216,6 +221,16 @@ CheckOutputs outputs_of(const CheckArgs& a, const std::optional<std::string>& re
   return outputs;
 }
 
+// The studies a written report shows (--selftest, --norm-training), read and
+// checked before any work.
+void read_attached(const CheckArgs& a, const std::optional<std::string>& report_dir, CheckOutputs& outputs) {
+  if ((!a.selftest.empty() || !a.training.empty()) && !report_dir)
+    throw std::invalid_argument(std::string(a.selftest.empty() ? "--norm-training" : "--selftest") +
+                                " shows a study in a written report: give --report DIR (or use `gradeq report`)");
+  if (!a.selftest.empty()) outputs.selftest = read_selftest(a.selftest);
+  if (!a.training.empty()) outputs.training = read_training(a.training);
+}
+
 int run_data_parallel_check(const CheckArgs& a, const std::optional<std::string>& report_dir,
                             const std::string& program) {
   refuse_for_data_parallel(a);
@@ -235,13 +250,11 @@ int run_data_parallel_check(const CheckArgs& a, const std::optional<std::string>
     if (a.suite != "default" && a.suite != "data_parallel") options.suite = named_suite(a.suite);
     options.model.reduction =
         a.error_model == "probabilistic" ? ref::ReductionBound::probabilistic : ref::ReductionBound::deterministic;
-    if (!a.selftest.empty() && !report_dir)
-      throw std::invalid_argument("--selftest shows a self-test in a written report: give --report DIR");
     require_data_parallel_suite(options, comm->size());
     if (!root) return;
     prepare_check_outputs(outputs);
     if (!a.baseline.empty()) outputs.baseline = read_baseline(a.baseline);
-    if (!a.selftest.empty()) outputs.selftest = read_selftest(a.selftest);
+    read_attached(a, report_dir, outputs);
   });
   if (!good) return kExitUsage;
   try {
@@ -277,9 +290,7 @@ int run_check(const CheckArgs& a, const std::optional<std::string>& report_dir, 
   prepare_check_outputs(outputs);
   if (!a.dump_dir.empty()) require_writable_directory(a.dump_dir);
   if (!a.baseline.empty()) outputs.baseline = read_baseline(a.baseline);
-  if (!a.selftest.empty() && !report_dir)
-    throw std::invalid_argument("--selftest shows a self-test in a written report: give --report DIR (or use `gradeq report`)");
-  if (!a.selftest.empty()) outputs.selftest = read_selftest(a.selftest);
+  read_attached(a, report_dir, outputs);
   GateOptions options;
   if (!a.config_file.empty()) options.suite = load_scenarios(a.config_file);
   if (a.suite != "default") options.suite = named_suite(a.suite);
@@ -400,10 +411,13 @@ struct SweepArgs {
   std::string seed = "1";
   std::string out_dir;
   bool backend_given = false;
+  long windows = 0;  // norms: train this many windows (0: the one-window study)
+  bool seeds_given = false;
 };
 
 int run_sweep(const SweepArgs& a) {
   const std::uint64_t seed = parse_seed(a.seed);
+  if (a.windows > 0 && a.study != "norms") throw std::invalid_argument("--windows applies to `sweep norms`");
   if (a.study == "norms" && a.backend_given)
     throw std::invalid_argument("--backend applies to `sweep precision`; the norms study runs the float64 reference only");
   if (!a.out_dir.empty()) require_writable_directory(a.out_dir);
@@ -414,7 +428,17 @@ int run_sweep(const SweepArgs& a) {
   const ProgressSink progress = make_progress();
   std::string md;
   nlohmann::json json;
-  if (a.study == "norms") {
+  bool passed = true;
+  if (a.study == "norms" && a.windows > 0) {
+    if (a.seeds_given) throw std::invalid_argument("--seeds applies to the one-window study; --windows trains one seed");
+    NormTrainingOptions options;
+    options.windows = a.windows;
+    options.seed = seed;
+    const NormTraining training = run_norm_training(options, progress);
+    md = norm_training_markdown(training);
+    json = norm_training_json(training);
+    passed = training.passed();
+  } else if (a.study == "norms") {
     NormSweepOptions options;
     options.seeds = a.seeds;
     options.seed = seed;
@@ -438,7 +462,7 @@ int run_sweep(const SweepArgs& a) {
     write_text(std::filesystem::path(a.out_dir) / (stem + ".md"), md);
     std::cout << "wrote " << a.out_dir << "/" << stem << ".json, " << stem << ".md\n";
   }
-  return kExitPass;
+  return passed ? kExitPass : kExitFail;
 }
 
 struct SelfTestArgs {
@@ -574,7 +598,12 @@ int run_cli(int argc, char** argv) {
   CLI::App* sweep = app.add_subcommand("sweep", "Studies: normalizer divergence by micro-batch size (norms), buffer error by N (precision)");
   sweep->add_option("study", sweep_args.study, "norms or precision")->required()->check(CLI::IsMember({"norms", "precision"}));
   CLI::Option* sweep_backend = add_backend_option(*sweep, sweep_args.backend, "Backend for the precision study");
-  sweep->add_option("--seeds", sweep_args.seeds, "Seeds per point (mean and spread)")->check(CLI::Range(1, 1000));
+  CLI::Option* sweep_seeds =
+      sweep->add_option("--seeds", sweep_args.seeds, "Seeds per point (mean and spread)")->check(CLI::Range(1, 1000));
+  sweep->add_option("--windows", sweep_args.windows,
+                    "norms: train K windows (effective batch 32, micro-batches 32-2) accumulated and as one batch, "
+                    "and compare the trajectories; without it, one window")
+      ->check(CLI::Range(1L, 10000L));
   sweep->add_option("--seed", sweep_args.seed, "Run seed (any 64-bit value)");
   sweep->add_option("--out", sweep_args.out_dir, "Also write sweep_<study>.json and sweep_<study>.md here");
 
@@ -676,6 +705,7 @@ int run_cli(int argc, char** argv) {
     if (*verify) return run_verify_command(verify_args);
     if (*sweep) {
       sweep_args.backend_given = sweep_backend->count() > 0;
+      sweep_args.seeds_given = sweep_seeds->count() > 0;
       return run_sweep(sweep_args);
     }
     if (*selftest) return run_selftest_command(selftest_args);

@@ -23,8 +23,8 @@ nlohmann::json read_json_file(const std::string& path, const std::string& option
 
 // Writes the reports; says on stderr why figures are missing, if they are.
 void write_all_reports(const std::string& dir, const CheckReport& report, const nlohmann::json* drift,
-                       bool fail_on_drift, const nlohmann::json* selftest) {
-  const std::string problem = write_reports(dir, report, drift, fail_on_drift, /*plots=*/true, selftest);
+                       bool fail_on_drift, const Attached& attached) {
+  const std::string problem = write_reports(dir, report, drift, fail_on_drift, /*plots=*/true, attached);
   std::cout << "wrote " << dir << "/report.json, report.md, report.html, junit.xml and plots/\n";
   if (!problem.empty()) std::cerr << "gradeq: warning: figures missing from the report: " << problem << "\n";
 }
@@ -62,6 +62,14 @@ nlohmann::json read_selftest(const std::string& path) {
   return j;
 }
 
+nlohmann::json read_training(const std::string& path) {
+  const nlohmann::json j = read_json_file(path, "--norm-training");
+  if (!j.is_object() || j.value("study", "") != "norm_training" || !j.contains("curves") || !j.contains("one_batch"))
+    throw std::invalid_argument("--norm-training " + path + ": not a training sweep's sweep_norms.json; write one with "
+                                "`gradeq sweep norms --windows K --out DIR`");
+  return j;
+}
+
 bool finish_check(const CheckReport& report, const CheckOutputs& o) {
   std::cout << check_summary(report);
   std::optional<nlohmann::json> drift;
@@ -70,7 +78,8 @@ bool finish_check(const CheckReport& report, const CheckOutputs& o) {
     print_drift(*drift, o);
   }
   const nlohmann::json* drift_json = drift ? &*drift : nullptr;
-  if (o.report_dir) write_all_reports(*o.report_dir, report, drift_json, o.fail_on_drift, o.selftest ? &*o.selftest : nullptr);
+  if (o.report_dir) write_all_reports(*o.report_dir, report, drift_json, o.fail_on_drift,
+                      {o.selftest ? &*o.selftest : nullptr, o.training ? &*o.training : nullptr});
   if (!o.junit_file.empty()) {
     write_text(o.junit_file, report_junit(report, drift_json, o.fail_on_drift));
     std::cout << "wrote " << o.junit_file << "\n";

@@ -21,6 +21,7 @@ struct CheckOutputs {
   std::optional<nlohmann::json> baseline;  // an earlier report.json (read_baseline)
   bool fail_on_drift = false;              // drift fails the run
   std::optional<nlohmann::json> selftest;  // a selftest.json the report shows (read_selftest)
+  std::optional<nlohmann::json> training;  // a training sweep's sweep_norms.json it shows (read_training)
 };
 
 // Before the run: the report directory and the JUnit file's directory
@@ -33,6 +34,8 @@ void prepare_check_outputs(const CheckOutputs& outputs);
 // for a file that is not one.
 nlohmann::json read_baseline(const std::string& path);
 nlohmann::json read_selftest(const std::string& path);
+// --norm-training: a sweep_norms.json from `gradeq sweep norms --windows K --out DIR`.
+nlohmann::json read_training(const std::string& path);
 
 // After the run: prints the summary and the drift against the baseline,
 // writes the reports and the JUnit file. Returns whether the run passes:
