@@ -67,7 +67,12 @@ class TorchRecorder:
         self.read.update(self._scaler_settings())
         self.cuda = any(p.is_cuda for p in model.parameters())
         if self.cuda:
-            self.read["tf32"] = bool(torch.backends.cuda.matmul.allow_tf32)
+            # cuDNN's convolutions read TF32 operands where allow_tf32 (on by
+            # default), cuBLAS's GEMMs where matmul.allow_tf32: gradeq's tf32
+            # is one setting, and covers both where either reads TF32.
+            convs = any(k.startswith("conv2d") for k in self.structure.kinds)
+            self.read["tf32"] = bool(torch.backends.cuda.matmul.allow_tf32) or (
+                convs and bool(torch.backends.cudnn.allow_tf32))
         self._refuse_contradictions(self.read)
         # A run that does not start fresh: the optimizer's own step count.
         counted = {int(st["step"]) for st in optimizer.state.values() if "step" in st}
@@ -89,19 +94,23 @@ class TorchRecorder:
         self.window = 0
         self.steps = steps_taken
         self.positions = None
+        self.image = None  # (C, H, W) where the inputs are images
         self.fed_sizes = []  # per window, the micro-batch sizes fed (samples)
         self.clip_norms = set()
         self.closed = False
         self._reset_window()
         if run == "K_full":  # the same start as K_acc's
             for name, p in model.named_parameters():
-                start = self.writer.initial_values.get(self.structure.names[name])
-                if start is None or not np.array_equal(start, p.detach().cpu().numpy()):
+                gradeq_name = self.structure.names[name]
+                start = self.writer.initial_values.get(gradeq_name)
+                if start is None or not np.array_equal(start, self.structure.matrix(gradeq_name,
+                                                                                    p.detach().cpu().numpy())):
                     raise ValueError("parameter '%s' does not start where the accumulated run's did" % name)
         else:
             parameters = dict(model.named_parameters())
             for name, torch_name in self.structure.torch_of.items():  # in gradeq's order
-                self.writer.set_initial(name, parameters[torch_name].detach().cpu().numpy(), torch=torch_name)
+                value = parameters[torch_name].detach().cpu().numpy()
+                self.writer.set_initial(name, self.structure.matrix(name, value), torch=torch_name)
             state = self._state_tensors(zeros_for_missing=False)
             if self._scaler_enabled():
                 state["state/good_steps"] = np.array([[self.scaler._get_growth_tracker()]], dtype=np.float32)
@@ -264,7 +273,8 @@ class TorchRecorder:
                 tensors["clip/coefficient"] = np.array([[self._clip[1]]], dtype=np.float32)
             tensors["step/lr"] = np.array([[self._lr]], dtype=np.float64)
         for n, p in self.model.named_parameters():
-            tensors["param/" + self.structure.names[n]] = p.detach().cpu().numpy()
+            tensors["param/" + self.structure.names[n]] = self.structure.matrix(self.structure.names[n],
+                                                                                 p.detach().cpu().numpy())
         tensors.update(self._state_tensors(zeros_for_missing=True))
         tensors["state/step"] = np.array([[self.steps]], dtype=np.float32)
         if self._scaler_enabled():
@@ -304,6 +314,8 @@ class TorchRecorder:
                 read["padding_token"] = self.structure.padding_token
         else:
             read["input_features"] = self.input_features
+            if self.image is not None:
+                read["image"] = list(self.image)
         read["positions"] = self.positions
         read["loss"] = self.loss
         if len(self.clip_norms) > 1:
@@ -366,14 +378,14 @@ class TorchRecorder:
             return "model"
         if key in ("loss_scale", "dynamic_loss_scale", "growth_factor", "backoff_factor", "growth_interval"):
             return "GradScaler"
-        if key in ("input_features", "positions", "loss"):
+        if key in ("input_features", "positions", "loss", "image"):
             return "window's batch"
         if key == "clip_max_norm":
             return "clip_grad_norm_ calls"
         if key == "compute_dtype":
             return "autocast around the micro-batches"
         if key == "tf32":
-            return "torch.backends.cuda.matmul.allow_tf32"
+            return "torch.backends.cuda.matmul.allow_tf32, and cudnn.allow_tf32 where the model has convolutions"
         return "optimizer"
 
     def _rows(self, inputs, targets, what):
@@ -390,7 +402,25 @@ class TorchRecorder:
             raise ValueError("%s: inputs of dtype %s (floating point expected)" % (what, x.dtype))
         if x.numel() == 0:
             raise ValueError("%s: inputs of shape %s hold no sample" % (what, tuple(inputs.shape)))
-        if x.dim() == 3:
+        image = None
+        if x.dim() == 4:  # images, [samples, C, H, W]: a sample is one row of C*H*W values (NCHW)
+            if not self.structure.reads_images:
+                raise ValueError("%s: inputs of shape %s are images, [samples, C, H, W], and no layer of the model "
+                                 "reads an image (Conv2d, a pool, BatchNorm2d, Flatten, ...): [samples, features] or "
+                                 "[samples, positions, features] expected" % (what, tuple(inputs.shape)))
+            image = tuple(int(d) for d in x.shape[1:])
+            if self.image is not None and image != self.image:
+                raise ValueError("%s: images of %s, earlier %s" % (what, "x".join(map(str, image)),
+                                                                  "x".join(map(str, self.image))))
+            if int(self.declared.get("positions", 1)) != 1:
+                raise ValueError("%s: an image is one row; scenario key positions = %r" % (
+                    what, self.declared["positions"]))
+            positions = 1
+            x = x.reshape(x.shape[0], -1)
+        elif self.image is not None:
+            raise ValueError("%s: inputs of shape %s, earlier images (%s)" % (what, tuple(inputs.shape),
+                                                                             "x".join(map(str, self.image))))
+        elif x.dim() == 3:
             positions = x.shape[1]
             if self.positions is not None and positions != self.positions:
                 raise ValueError("%s: %d positions per sample, earlier %d" % (what, positions, self.positions))
@@ -398,10 +428,11 @@ class TorchRecorder:
         elif x.dim() == 2:
             positions = int(self.declared.get("positions", 1)) if self.positions is None else self.positions
         else:
-            raise ValueError("%s: inputs of shape %s ([samples, features] or [samples, positions, features] "
-                             "expected)" % (what, tuple(inputs.shape)))
+            raise ValueError("%s: inputs of shape %s ([samples, features], [samples, positions, features] or "
+                             "[samples, C, H, W] expected)" % (what, tuple(inputs.shape)))
         self.positions = positions
-        self.structure.check_inputs(positions, sequences, int(x.shape[1]))
+        self.structure.check_inputs(positions, sequences, int(x.shape[1]), image=image)
+        self.image = image
         if not torch.isfinite(x).all():
             raise ValueError("%s: inputs hold NaN or Inf" % what)
         xf = x.to(torch.float32)
@@ -547,7 +578,8 @@ class TorchRecorder:
         out = {}
         for n, p in self.trained:
             g = p.grad
-            out[self.structure.names[n]] = None if g is None else g.detach().to("cpu").numpy().copy()
+            name = self.structure.names[n]
+            out[name] = None if g is None else self.structure.matrix(name, g.detach().to("cpu").numpy().copy())
         return out
 
     def _state_tensors(self, zeros_for_missing):
@@ -560,10 +592,12 @@ class TorchRecorder:
             state = self.optimizer.state.get(p, {})
             for key in keys:
                 value = state.get(key)
+                name = self.structure.names[n]
                 if value is not None:
-                    out["state/%s.%s" % (self.structure.names[n], key)] = value.detach().cpu().numpy()
+                    out["state/%s.%s" % (name, key)] = self.structure.matrix(name, value.detach().cpu().numpy())
                 elif zeros_for_missing:  # never stepped (no gradient yet): a fresh optimizer's zeros
-                    out["state/%s.%s" % (self.structure.names[n], key)] = np.zeros(tuple(p.shape), np.float32)
+                    zeros = np.zeros(tuple(p.shape), np.float32)
+                    out["state/%s.%s" % (name, key)] = self.structure.matrix(name, zeros)
         for n, b in self.model.named_buffers():
             module, _, buffer = n.rpartition(".")
             if buffer in ("running_mean", "running_var"):

@@ -19,7 +19,7 @@ CONFIG_KEYS = {
     "weight_decay", "betas", "eps", "clip_max_norm", "warmup_steps", "total_steps", "loss_scale",
     "dynamic_loss_scale", "growth_interval", "compensated", "norm_eps", "batchnorm_momentum", "tf32",
     "reduced_precision_reduction", "checkpoint_every", "growth_factor", "backoff_factor", "batchnorm_mode", "frozen",
-    "accumulation", "vocabulary", "padding_token"}
+    "accumulation", "vocabulary", "padding_token", "image"}
 
 
 def _file(run, window, tensor):
@@ -117,7 +117,8 @@ class WindowSetWriter:
         self.initial_state[entry] = self._save(_file("initial", 0, entry), _as_matrix(value, np.float32, entry))
 
     def add_window(self, inputs, targets=None, classes=None, split=None):
-        """The window's batch: inputs [rows, features]; targets [rows, outputs]
+        """The window's batch: inputs [rows, features] (an image a row of its
+        C*H*W values, NCHW, with the scenario's image = [C, H, W]); targets [rows, outputs]
         (mse) or classes [rows] (cross-entropy, -100 = padding); the declared
         split in samples."""
         w = len(self.windows)
