@@ -418,6 +418,8 @@ struct SweepArgs {
 int run_sweep(const SweepArgs& a) {
   const std::uint64_t seed = parse_seed(a.seed);
   if (a.windows > 0 && a.study != "norms") throw std::invalid_argument("--windows applies to `sweep norms`");
+  if (a.windows > 0 && a.seeds_given)
+    throw std::invalid_argument("--seeds applies to the one-window study; --windows trains one seed");
   if (a.study == "norms" && a.backend_given)
     throw std::invalid_argument("--backend applies to `sweep precision`; the norms study runs the float64 reference only");
   if (!a.out_dir.empty()) require_writable_directory(a.out_dir);
@@ -430,7 +432,6 @@ int run_sweep(const SweepArgs& a) {
   nlohmann::json json;
   bool passed = true;
   if (a.study == "norms" && a.windows > 0) {
-    if (a.seeds_given) throw std::invalid_argument("--seeds applies to the one-window study; --windows trains one seed");
     NormTrainingOptions options;
     options.windows = a.windows;
     options.seed = seed;
