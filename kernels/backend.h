@@ -76,6 +76,12 @@ struct Conv2dConfig {
   GRADEQ_HD long out_size() const { return out_channels * out_height() * out_width(); }
 };
 
+// How a backend computes conv2d_*: through a column buffer (im2col) and
+// its GEMM, or in the direct form, with no column buffer (backends
+// "cpu-direct" and "cuda-direct"; kernels/cpu/conv2d.cpp and
+// kernels/cuda/conv2d.cu say what each form sums in which order).
+enum class ConvForm { im2col, direct };
+
 // Average pooling over windows of kernel_h x kernel_w pixels at stride_h,
 // stride_w, no padding, on images stored one sample per row (NCHW): x
 // [samples, C H W], y [samples, C H_out W_out] (kernels/backend_ops.def:

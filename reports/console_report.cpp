@@ -118,7 +118,7 @@ std::string catalogue_listing(const Catalogue& c, const std::string& what) {
   if (what == "backends" || what == "all") {
     out << "backends:\n";
     for (const BackendInfo& b : c.backends)
-      out << fmt::format("  {:6} {:12} {}\n", b.name, b.available ? "available" : "unavailable", b.detail);
+      out << fmt::format("  {:11} {:12} {}\n", b.name, b.available ? "available" : "unavailable", b.detail);
   }
   return out.str();
 }

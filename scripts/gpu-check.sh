@@ -14,6 +14,8 @@
 #   report     gradeq report --backend cuda (the gate and its report)
 #   scale      gradeq check --backend cuda --suite scale: GEMM tile and
 #              reduction boundaries, the properties on large shapes
+#   direct     the scale suite's convolutions and ConvEquivalence with
+#              --backend cuda-direct (the split-K weight gradient)
 #   plan       gradeq plan --backend cuda: the device's peaks fitted, the
 #              planned split checked, its peak within 5 % of the prediction
 #   bench      the CUDA benchmarks, as fractions of ceilings measured in
@@ -131,6 +133,8 @@ step tests 240 cuda_tests
 step report 120 build/gradeq report --backend cuda --out "$out/report"
 step selftest 240 selftest
 step scale 150 build/gradeq check --backend cuda --suite scale --cases 10
+step direct 90 build/gradeq check --backend cuda-direct --suite scale --cases 100 --property ConvEquivalence \
+  $(grep -oE '^name = "conv[^"]*"' harness/core/scale_suite.toml | sed -E 's/name = "(.*)"/--scenario \1/')
 step plan 60 build/gradeq plan --backend cuda --config examples/plan/model.toml --scenario mlp_layernorm_adamw \
   --budget 1MiB --effective-batch 256
 step memcheck 240 memcheck

@@ -559,6 +559,70 @@ TEST(OpTable, EmbeddingBackwardEntryCatchesItsBugs) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, OpTable, ::testing::Combine(::testing::Values("cpu", "cuda"), ::testing::ValuesIn(op_names())),
                          [](const auto& info) { return std::get<1>(info.param) + "_" + std::get<0>(info.param); });
+// The direct-form convolutions differ from "cpu" and "cuda" in conv2d only.
+INSTANTIATE_TEST_SUITE_P(DirectConv, OpTable,
+                         ::testing::Combine(::testing::Values("cpu-direct", "cuda-direct"), ::testing::Values("conv2d")),
+                         [](const auto& info) {
+                           const std::string backend = std::get<0>(info.param);
+                           return std::get<1>(info.param) + "_" + backend.substr(0, backend.find('-')) + "_direct";
+                         });
+
+}  // namespace
+}  // namespace gradeq::test
+
+namespace gradeq::test {
+namespace {
+
+// cpu-direct is a different kernel, not a second name for cpu: its sums
+// run in other orders, so over long reductions its float32 results differ
+// from im2col's somewhere (both within the bound: OpTable above).
+TEST(DirectConv, SumsInAnotherOrderThanIm2col) {
+  Conv2dConfig c;
+  c.in_channels = 8, c.height = 9, c.width = 9, c.out_channels = 6, c.kernel = 3, c.padding = 1, c.stride = 2;
+  const long samples = 3;
+  std::mt19937_64 rng{7};
+  std::normal_distribution<float> normal;
+  auto random = [&](long n) {
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (float& e : v) e = normal(rng);
+    return v;
+  };
+  const std::vector<float> x = random(samples * c.in_size()), w = random(c.out_channels * c.taps()),
+                           dy = random(samples * c.out_size());
+  struct Results {
+    std::vector<float> y, dx, dw;
+  };
+  auto run = [&](CpuBackend& b) {
+    auto put = [&](const std::vector<float>& v, long rows, long cols) {
+      Tensor t = b.allocate(rows, cols, DType::f32);
+      b.upload(t, v);
+      return t;
+    };
+    const Tensor tx = put(x, samples, c.in_size()), tw = put(w, c.out_channels, c.taps()),
+                 tdy = put(dy, samples, c.out_size());
+    const Tensor ty = b.allocate(samples, c.out_size(), DType::f32), tdx = b.allocate(samples, c.in_size(), DType::f32);
+    const Tensor tdw = put(std::vector<float>(w.size(), 0.0f), c.out_channels, c.taps());
+    b.conv2d_forward(c, tx, tw, Tensor{}, ty);
+    b.conv2d_backward_data(c, tdy, tw, tdx);
+    b.conv2d_backward_weight(c, tdy, tx, tdw, Tensor{});
+    Results r{std::vector<float>(static_cast<std::size_t>(ty.size())),
+              std::vector<float>(static_cast<std::size_t>(tdx.size())), std::vector<float>(w.size())};
+    b.download(ty, r.y);
+    b.download(tdx, r.dx);
+    b.download(tdw, r.dw);
+    return r;
+  };
+  CpuBackend im2col, direct(ConvForm::direct);
+  EXPECT_EQ(direct.name(), "cpu-direct");
+  const Results a = run(im2col), d = run(direct);
+  auto differences = [](const std::vector<float>& p, const std::vector<float>& q) {
+    long n = 0;
+    for (std::size_t i = 0; i < p.size(); ++i) n += p[i] != q[i];
+    return n;
+  };
+  EXPECT_GT(differences(a.y, d.y) + differences(a.dx, d.dx) + differences(a.dw, d.dw), 0);
+  EXPECT_GT(differences(a.dw, d.dw), 0) << "a weight gradient over 75 positions summed in the same order twice?";
+}
 
 }  // namespace
 }  // namespace gradeq::test

@@ -148,6 +148,27 @@ TEST_P(DefaultSuite, PassesOnCorrectCode) {
 INSTANTIATE_TEST_SUITE_P(Backends, DefaultSuite, ::testing::Values("cpu", "cuda"),
                          [](const auto& info) { return info.param; });
 
+// The default suite's image scenarios with direct-form convolutions: other
+// summation orders than im2col's, under the same bounds.
+class DirectConvSuite : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DirectConvSuite, ImageScenariosPass) {
+  GRADEQ_BACKEND_OR_SKIP(backend, GetParam());
+  int images = 0;
+  for (const ScenarioSpec& s : default_scenarios()) {
+    if (s.model.image.channels == 0) continue;
+    ++images;
+    const ScenarioResult r = check_scenario(s, *backend, correct_loop(), ErrorModel{});
+    EXPECT_TRUE(r.passed()) << s.name << ": " << r.first_failure();
+    EXPECT_FALSE(r.vacuous) << s.name;
+  }
+  EXPECT_GE(images, 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, DirectConvSuite, ::testing::Values("cpu-direct", "cuda-direct"), [](const auto& info) {
+  return info.param.substr(0, info.param.find('-')) + "_direct";
+});
+
 // A backend that normalizes each micro-batch by its own item count instead
 // of the window's: it forgets the 1/N. The gate must fail.
 class ForgetsOneOverN : public CpuBackend {

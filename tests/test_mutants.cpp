@@ -135,7 +135,9 @@ TEST(Mutants, AttentionBugsStandTenTimesAboveCorrectCode) {
     CpuBackend fresh;
     std::unique_ptr<Backend> wrapped = find_mutant(id)->wrap_backend(fresh);
     const ScenarioResult r = check_scenario(bf16, *wrapped, correct_loop(), ErrorModel{});
-    if (std::string(id) == "B36" || std::string(id) == "B38") EXPECT_FALSE(r.passed()) << id;
+    if (std::string(id) == "B36" || std::string(id) == "B38") {
+      EXPECT_FALSE(r.passed()) << id;
+    }
     std::printf("%s on gpt_attention_block_bf16: accumulation err/bound %.3g\n", id, r.accumulation.worst_ratio);
   }
 }

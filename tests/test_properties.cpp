@@ -1,10 +1,12 @@
 // The registered properties as GoogleTest cases, one per property and
 // backend: the cpu backend always, cuda where a device is present (skipped
 // with the reason otherwise; the reference-only properties run once, on
-// cpu). Each runs RapidCheck through the same runner as `gradeq check`
+// cpu), and ConvEquivalence on cpu-direct and cuda-direct. Each runs RapidCheck through the same runner as `gradeq check`
 // (properties/property_runner.h): RC_PARAMS is honoured (max_success,
 // seed, reproduce) and the RapidCheck test id is "Properties/<name>", so a
 // reproduce string printed by either works with both.
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "properties/property_runner.h"
@@ -23,6 +25,8 @@ std::vector<PropertyOnBackend> cases() {
   for (const char* backend : {"cpu", "cuda"})
     for (const Property& p : default_properties())
       if (p.exercises_backend || std::string(backend) == "cpu") out.push_back({backend, &p});
+  for (const char* backend : {"cpu-direct", "cuda-direct"})  // the direct-form convolutions
+    out.push_back({backend, find_property("ConvEquivalence")});
   return out;
 }
 
@@ -46,7 +50,9 @@ TEST_P(PropertyTest, Holds) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Registered, PropertyTest, ::testing::ValuesIn(cases()), [](const auto& info) {
-  return info.param.backend + "_" + info.param.property->name;
+  std::string backend = info.param.backend;
+  std::replace(backend.begin(), backend.end(), '-', '_');
+  return backend + "_" + info.param.property->name;
 });
 
 }  // namespace

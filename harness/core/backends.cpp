@@ -1,5 +1,6 @@
-// backends.cpp — the cpu backend always; cuda when built with nvcc and a
-// device is present; then the backends a program registered.
+// backends.cpp — the cpu backend and its cpu-direct form always; cuda and
+// cuda-direct when built with nvcc and a device is present; then the
+// backends a program registered.
 #include "harness/core/backends.h"
 
 #include <algorithm>
@@ -41,18 +42,22 @@ void register_backend(const std::string& name, const std::string& description, B
     throw std::invalid_argument("register_backend: '" + name +
                                 "' is not a backend name (1-64 letters, digits, '-', '_' or '.')");
   if (!factory) throw std::invalid_argument("register_backend(" + name + "): no factory");
-  if (name == "cpu" || name == "cuda" || find_registered(name))
+  if (name == "cpu" || name == "cpu-direct" || name == "cuda" || name == "cuda-direct" || find_registered(name))
     throw std::invalid_argument("register_backend: a backend named '" + name + "' exists already");
   registry().push_back({name, description, std::move(factory)});
 }
 
 std::vector<BackendInfo> list_backends() {
-  std::vector<BackendInfo> out{{"cpu", true, "host float32 kernels, bfloat16/float16 by rounding"}};
+  std::vector<BackendInfo> out{{"cpu", true, "host float32 kernels, bfloat16/float16 by rounding"},
+                               {"cpu-direct", true, "the host kernels with convolutions in the direct form (no im2col)"}};
 #if GRADEQ_HAVE_CUDA
   const CudaDeviceStatus s = cuda_device_status();
   out.push_back({"cuda", s.available, s.detail});
+  out.push_back({"cuda-direct", s.available, s.available ? "the cuda kernels with convolutions in the direct form "
+                                                           "(split-K weight gradient, no im2col)" : s.detail});
 #else
   out.push_back({"cuda", false, "not built: nvcc was not found when gradeq was configured"});
+  out.push_back({"cuda-direct", false, "not built: nvcc was not found when gradeq was configured"});
 #endif
   for (const Registered& r : registry()) out.push_back({r.name, true, r.description});
   return out;
@@ -66,13 +71,14 @@ std::vector<std::string> backend_names() {
 
 std::unique_ptr<Backend> make_backend(const std::string& name) {
   if (name == "cpu") return std::make_unique<CpuBackend>();
-  if (name == "cuda") {
+  if (name == "cpu-direct") return std::make_unique<CpuBackend>(ConvForm::direct);
+  if (name == "cuda" || name == "cuda-direct") {
 #if GRADEQ_HAVE_CUDA
     const CudaDeviceStatus s = cuda_device_status();
-    if (!s.available) throw EnvironmentError("cuda backend unavailable: " + s.detail);
-    return std::make_unique<CudaBackend>();
+    if (!s.available) throw EnvironmentError(name + " backend unavailable: " + s.detail);
+    return std::make_unique<CudaBackend>(name == "cuda" ? ConvForm::im2col : ConvForm::direct);
 #else
-    throw EnvironmentError("cuda backend unavailable: gradeq was built without CUDA (nvcc not found at configure time)");
+    throw EnvironmentError(name + " backend unavailable: gradeq was built without CUDA (nvcc not found at configure time)");
 #endif
   }
   if (const Registered* r = find_registered(name)) {

@@ -12,7 +12,7 @@
 
 #include "harness/gate/selftest_internal.h"
 #include "harness/core/mutants.h"
-#include "kernels/cpu/cpu_backend.h"
+#include "harness/core/backends.h"
 #include "reference/parallel.h"
 
 namespace gradeq::selftest_internal {
@@ -40,8 +40,8 @@ Campaign run_campaign(const SelfTestOptions& o, Backend& base, const ProgressSin
   std::mutex lock;
   // One backend per thread: the host backend is not shared between threads.
   std::vector<std::unique_ptr<Backend>> backends;
-  for (int t = 0; t < o.threads; ++t) backends.push_back(std::make_unique<CpuBackend>());
-  const bool host = base.name() == "cpu";
+  const bool host = base.name() == "cpu" || base.name() == "cpu-direct";
+  for (int t = 0; host && t < o.threads; ++t) backends.push_back(make_backend(base.name()));
   auto backend_for = [&](long t) -> Backend& { return host ? *backends[static_cast<std::size_t>(t)] : base; };
   const int threads = host ? o.threads : 1;
   ref::parallel_for(static_cast<long>(cases.size()), threads, [&](long i, long t) {

@@ -1,6 +1,6 @@
 // conv2d.cpp — the host backend's conv2d_forward, _backward_data and
-// _backward_weight (kernels/backend_ops.def): im2col and the float32 GEMM,
-// one product per group.
+// _backward_weight (kernels/backend_ops.def), in two forms (ConvForm).
+// im2col (backend "cpu"): im2col and the float32 GEMM, one product per group.
 //   forward          y = cols(x) W^T, then + b, each output stored once;
 //   backward data    dcols = dy W (a GEMM over C_out/groups), then col2im:
 //                    each input's k^2 partial products added in float32 in
@@ -9,6 +9,15 @@
 //   backward weight  the product dy^T cols(x) formed whole in float32 over
 //                    every sample and output position, then added once
 //                    into dw (beta = 1); db's sums likewise.
+// direct (backend "cpu-direct"): no column buffer; each result one float32
+// dot product summed in loop order, the taps inside the image only:
+//   forward          y[n, o, oy, ox] over (c, ky, kx), then + b;
+//   backward data    dx[n, c, iy, ix] over (o, ky, kx) of the outputs its
+//                    taps reach;
+//   backward weight  dw[o, c, ky, kx] over (n, oy, ox), added once into dw
+//                    (beta = 1); db[o] over (n, oy, ox) likewise.
+// A different order from im2col's blocked GEMM for every sum, under the
+// same one-dot-product bounds (docs/NUMERICS.md, "Convolutions").
 #include <algorithm>
 
 #include "kernels/check.h"
@@ -52,6 +61,103 @@ void output_rows(const Conv2dConfig& c, const float* y, long samples, long g, fl
       for (long o = 0; o < og; ++o) rows[(n * positions + p) * og + o] = y[n * c.out_size() + (g * og + o) * positions + p];
 }
 
+
+// ---- the direct form ----
+
+// x[n, c, iy, ix] of an NCHW image stored one sample per row.
+struct Image {
+  const float* v;
+  long per_sample, height, width;
+  float at(long n, long c, long iy, long ix) const { return v[n * per_sample + (c * height + iy) * width + ix]; }
+};
+
+void direct_forward(const Conv2dConfig& c, const float* x, const float* w, const float* b, long samples, float* y) {
+  const long ho = c.out_height(), wo = c.out_width(), k = c.kernel, og = c.out_per_group();
+  const Image in{x, c.in_size(), c.height, c.width};
+  for (long n = 0; n < samples; ++n)
+    for (long oc = 0; oc < c.out_channels; ++oc) {
+      const long first = oc / og * c.in_per_group();
+      const float* row = w + oc * c.taps();
+      for (long oy = 0; oy < ho; ++oy)
+        for (long ox = 0; ox < wo; ++ox) {
+          float acc = 0.0f;
+          for (long ch = 0; ch < c.in_per_group(); ++ch)
+            for (long ky = 0; ky < k; ++ky) {
+              const long iy = oy * c.stride - c.padding + ky * c.dilation;
+              if (iy < 0 || iy >= c.height) continue;
+              for (long kx = 0; kx < k; ++kx) {
+                const long ix = ox * c.stride - c.padding + kx * c.dilation;
+                if (ix >= 0 && ix < c.width) acc += row[(ch * k + ky) * k + kx] * in.at(n, first + ch, iy, ix);
+              }
+            }
+          y[n * c.out_size() + (oc * ho + oy) * wo + ox] = b ? acc + b[oc] : acc;
+        }
+    }
+}
+
+void direct_backward_data(const Conv2dConfig& c, const float* dy, const float* w, long samples, float* dx) {
+  const long ho = c.out_height(), wo = c.out_width(), k = c.kernel, og = c.out_per_group();
+  const Image grad{dy, c.out_size(), ho, wo};
+  for (long n = 0; n < samples; ++n)
+    for (long ci = 0; ci < c.in_channels; ++ci) {
+      const long g = ci / c.in_per_group(), ch = ci % c.in_per_group();
+      for (long iy = 0; iy < c.height; ++iy)
+        for (long ix = 0; ix < c.width; ++ix) {
+          float acc = 0.0f;
+          for (long o = 0; o < og; ++o) {
+            const long oc = g * og + o;
+            for (long ky = 0; ky < k; ++ky) {
+              const long ty = iy + c.padding - ky * c.dilation;
+              if (ty < 0 || ty % c.stride != 0 || ty / c.stride >= ho) continue;
+              for (long kx = 0; kx < k; ++kx) {
+                const long tx = ix + c.padding - kx * c.dilation;
+                if (tx < 0 || tx % c.stride != 0 || tx / c.stride >= wo) continue;
+                acc += grad.at(n, oc, ty / c.stride, tx / c.stride) * w[oc * c.taps() + (ch * k + ky) * k + kx];
+              }
+            }
+          }
+          dx[n * c.in_size() + (ci * c.height + iy) * c.width + ix] = acc;
+        }
+    }
+}
+
+// The weight gradient's and bias gradient's sums, before they are added into dw and db.
+void direct_backward_weight(const Conv2dConfig& c, const float* dy, const float* x, long samples, float* dw_sum,
+                            float* db_sum) {
+  const long ho = c.out_height(), wo = c.out_width(), k = c.kernel, og = c.out_per_group();
+  const Image grad{dy, c.out_size(), ho, wo}, in{x, c.in_size(), c.height, c.width};
+  for (long oc = 0; oc < c.out_channels; ++oc) {
+    const long first = oc / og * c.in_per_group();
+    for (long ch = 0; ch < c.in_per_group(); ++ch)
+      for (long ky = 0; ky < k; ++ky)
+        for (long kx = 0; kx < k; ++kx) {
+          float acc = 0.0f;
+          for (long n = 0; n < samples; ++n)
+            for (long oy = 0; oy < ho; ++oy) {
+              const long iy = oy * c.stride - c.padding + ky * c.dilation;
+              if (iy < 0 || iy >= c.height) continue;
+              for (long ox = 0; ox < wo; ++ox) {
+                const long ix = ox * c.stride - c.padding + kx * c.dilation;
+                if (ix >= 0 && ix < c.width) acc += grad.at(n, oc, oy, ox) * in.at(n, first + ch, iy, ix);
+              }
+            }
+          dw_sum[oc * c.taps() + (ch * k + ky) * k + kx] = acc;
+        }
+    float acc = 0.0f;
+    for (long n = 0; n < samples; ++n)
+      for (long p = 0; p < ho * wo; ++p) acc += grad.at(n, oc, 0, p);
+    db_sum[oc] = acc;
+  }
+}
+
+// Stores each value of v (float32) at t's dtype, in place.
+void store_all(const Tensor& t, float* v) {
+  dispatch(t.dtype, [&](auto dt) {
+    constexpr DType D = decltype(dt)::value;
+    for (long i = 0; i < t.size(); ++i) v[i] = store<D>(v[i]);
+  });
+}
+
 }  // namespace
 
 void CpuBackend::conv2d_forward(const Conv2dConfig& c, const Tensor& x, const Tensor& w, const Tensor& b,
@@ -60,10 +166,15 @@ void CpuBackend::conv2d_forward(const Conv2dConfig& c, const Tensor& x, const Te
   const long samples = x.rows, positions = c.out_height() * c.out_width(), og = c.out_per_group();
   const long row_count = samples * positions;
   if (samples == 0) return;
-  float* cols = scratch(static_cast<std::size_t>(row_count * (c.taps() + og)));
-  float* product = cols + row_count * c.taps();
   const float* bv = b.empty() ? nullptr : values(b);
   float* yv = values(y);
+  if (conv_form_ == ConvForm::direct) {
+    direct_forward(c, values(x), values(w), bv, samples, yv);
+    store_all(y, yv);
+    return;
+  }
+  float* cols = scratch(static_cast<std::size_t>(row_count * (c.taps() + og)));
+  float* product = cols + row_count * c.taps();
   for (long g = 0; g < c.groups; ++g) {
     im2col(c, values(x), samples, g, cols);
     gemm(cols, false, values(w) + g * og * c.taps(), true, product, row_count, og, c.taps());
@@ -85,9 +196,14 @@ void CpuBackend::conv2d_backward_data(const Conv2dConfig& c, const Tensor& dy, c
   const long samples = dy.rows, positions = c.out_height() * c.out_width(), og = c.out_per_group();
   const long row_count = samples * positions, k = c.kernel, plane = c.height * c.width;
   if (samples == 0) return;
+  float* dxv = values(dx);
+  if (conv_form_ == ConvForm::direct) {
+    direct_backward_data(c, values(dy), values(w), samples, dxv);
+    store_all(dx, dxv);
+    return;
+  }
   float* rows = scratch(static_cast<std::size_t>(row_count * (og + c.taps())));
   float* dcols = rows + row_count * og;
-  float* dxv = values(dx);
   std::fill(dxv, dxv + dx.size(), 0.0f);
   for (long g = 0; g < c.groups; ++g) {
     output_rows(c, values(dy), samples, g, rows);
@@ -109,10 +225,7 @@ void CpuBackend::conv2d_backward_data(const Conv2dConfig& c, const Tensor& dy, c
           }
       }
   }
-  dispatch(dx.dtype, [&](auto dt) {
-    constexpr DType D = decltype(dt)::value;
-    for (long i = 0; i < dx.size(); ++i) dxv[i] = store<D>(dxv[i]);
-  });
+  store_all(dx, dxv);
 }
 
 void CpuBackend::conv2d_backward_weight(const Conv2dConfig& c, const Tensor& dy, const Tensor& x, const Tensor& dw,
@@ -120,18 +233,24 @@ void CpuBackend::conv2d_backward_weight(const Conv2dConfig& c, const Tensor& dy,
   require_conv2d(c, x, dw, db, dy, "conv2d_backward_weight");
   const long samples = x.rows, positions = c.out_height() * c.out_width(), og = c.out_per_group();
   const long row_count = samples * positions;
-  float* cols = scratch(static_cast<std::size_t>(row_count * (c.taps() + og) + c.out_channels * c.taps() +
-                                                 c.out_channels));
-  float* rows = cols + row_count * c.taps();
-  float* product = rows + row_count * og;
+  // The sums to add into dw and db first; after them, im2col's buffers.
+  const bool direct = conv_form_ == ConvForm::direct;
+  float* product = scratch(static_cast<std::size_t>(c.out_channels * (c.taps() + 1) +
+                                                    (direct ? 0 : row_count * (c.taps() + og))));
   float* sums = product + c.out_channels * c.taps();
-  std::fill(sums, sums + c.out_channels, 0.0f);
-  for (long g = 0; g < c.groups; ++g) {
-    im2col(c, values(x), samples, g, cols);
-    output_rows(c, values(dy), samples, g, rows);
-    gemm(rows, true, cols, false, product + g * og * c.taps(), og, c.taps(), row_count);
-    for (long r = 0; r < row_count; ++r)
-      for (long o = 0; o < og; ++o) sums[g * og + o] += rows[r * og + o];
+  float* cols = sums + c.out_channels;
+  float* rows = cols + row_count * c.taps();
+  if (direct) {
+    direct_backward_weight(c, values(dy), values(x), samples, product, sums);
+  } else {
+    std::fill(sums, sums + c.out_channels, 0.0f);
+    for (long g = 0; g < c.groups; ++g) {
+      im2col(c, values(x), samples, g, cols);
+      output_rows(c, values(dy), samples, g, rows);
+      gemm(rows, true, cols, false, product + g * og * c.taps(), og, c.taps(), row_count);
+      for (long r = 0; r < row_count; ++r)
+        for (long o = 0; o < og; ++o) sums[g * og + o] += rows[r * og + o];
+    }
   }
   float* dwv = values(dw);
   dispatch(dw.dtype, [&](auto dt) {

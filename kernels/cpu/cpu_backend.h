@@ -16,7 +16,8 @@ namespace gradeq {
 
 class CpuBackend : public Backend {
  public:
-  std::string name() const override { return "cpu"; }
+  explicit CpuBackend(ConvForm conv_form = ConvForm::im2col) : conv_form_(conv_form) {}
+  std::string name() const override { return conv_form_ == ConvForm::direct ? "cpu-direct" : "cpu"; }
 
   Tensor allocate(long rows, long cols, DType dtype) override;
   void release(Tensor& t) override;
@@ -46,6 +47,7 @@ class CpuBackend : public Backend {
   std::size_t live_bytes_ = 0;  // tensors only
   std::size_t peak_bytes_ = 0;
   std::vector<float> scratch_;  // the weight gradient's float32 product, reused
+  ConvForm conv_form_;
 };
 
 }  // namespace gradeq

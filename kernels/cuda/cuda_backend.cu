@@ -58,7 +58,7 @@ CudaDeviceStatus cuda_device_status() {
                     std::to_string(prop.minor)};
 }
 
-CudaBackend::CudaBackend() : impl_(std::make_unique<Impl>()) {
+CudaBackend::CudaBackend(ConvForm conv_form) : impl_(std::make_unique<Impl>()), conv_form_(conv_form) {
   GRADEQ_CUDA_CHECK(cudaSetDevice(0));
   GRADEQ_CUBLAS_CHECK(cublasCreate(&impl_->cublas));
   // Plain float32 (no TF32) for float32 inputs; tensor cores with float32

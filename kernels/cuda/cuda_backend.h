@@ -28,12 +28,12 @@ CudaDeviceStatus cuda_device_status();
 
 class CudaBackend : public Backend {
  public:
-  CudaBackend();
+  explicit CudaBackend(ConvForm conv_form = ConvForm::im2col);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
-  std::string name() const override { return "cuda"; }
+  std::string name() const override { return conv_form_ == ConvForm::direct ? "cuda-direct" : "cuda"; }
 
   Tensor allocate(long rows, long cols, DType dtype) override;
   void release(Tensor& t) override;
@@ -71,6 +71,7 @@ class CudaBackend : public Backend {
   std::map<const void*, std::size_t> allocations_;
   std::size_t live_bytes_ = 0, peak_bytes_ = 0;  // live: tensors only
   bool deterministic_ = true;
+  ConvForm conv_form_;
 };
 
 }  // namespace gradeq
