@@ -33,7 +33,8 @@ int granularity_exponent(double x);
 // The parts of a sum's error: systematic parts and hard random bounds add
 // up; standard-deviation scales of independent terms add in quadrature.
 // Then the sum's own rounding: hard gamma_n sum |t|, scale sqrt(n) u sum |t|
-// (each of n roundings is at most u times a partial sum).
+// for n independent roundings (each at most u times a partial sum), more
+// where terms round alike (rounding_groups).
 namespace detail {
 struct SumOfErrors {
   double systematic = 0.0, random = 0.0, scale_squares = 0.0;
@@ -64,11 +65,39 @@ struct SumOfErrors {
       i = j;
     }
   }
-  ErrorParts with_rounding(long n, double u, double magnitude, double rounding_hard) const {
-    return {systematic, random + rounding_hard,
-            std::sqrt(scale_squares) + std::sqrt(static_cast<double>(n)) * u * magnitude};
+  // rounding_squares: the sum of squared sizes of the groups of roundings
+  // that move together (n for n independent ones; rounding_groups below).
+  ErrorParts with_rounding(double rounding_squares, double u, double magnitude, double rounding_hard) const {
+    return {systematic, random + rounding_hard, std::sqrt(scale_squares) + std::sqrt(rounding_squares) * u * magnitude};
   }
 };
+
+// The sum's own roundings are independent only where the terms differ at
+// the grid of the partial sums. Adding c to a partial sum in a binade whose
+// spacing is ulp rounds c's residue modulo ulp: the same error for the same
+// c, whatever was added before, and nearly the same for terms closer than
+// one ulp. So terms whose values lie within `width` (2u times the largest
+// partial sum: one ulp of it) form one group, whose m roundings count as
+// one error m times over; groups combine in quadrature: the scale of the
+// sum's own rounding is sqrt(sum m_g^2) u M, not sqrt(n) u M. Distinct
+// terms give n (the usual rule); n equal terms give n^2, and the bound
+// min(h, lambda sigma) falls back to the deterministic gamma_n M (NUMERICS
+// §2, "Equal values round alike"). Exact zeros round nothing: each counts
+// as one term, as before. `terms` sorted by value (add_grouped).
+inline double rounding_groups(const std::vector<std::pair<double, ErrorParts>>& terms, double width) {
+  double squares = 0.0;
+  for (std::size_t i = 0; i < terms.size();) {
+    std::size_t j = i + 1;
+    const bool exact_zero = terms[i].first == 0.0 && terms[i].second.systematic == 0.0 &&
+                            terms[i].second.random == 0.0 && terms[i].second.scale == 0.0;
+    if (!exact_zero && std::isfinite(terms[i].first))
+      while (j < terms.size() && terms[j].first - terms[i].first <= width && terms[j].first != 0.0) ++j;
+    const double m = static_cast<double>(j - i);
+    squares += m * m;
+    i = j;
+  }
+  return squares;
+}
 }  // namespace detail
 
 
@@ -161,7 +190,9 @@ class SumOfTerms {
     errors.add_grouped(term_errors_);
     const RoundingModel& m = rounding_model();
     const bool exact = exact_in(24, exact_terms_);
-    ErrorParts e = errors.with_rounding(n_, exact ? 0.0 : m.reduction_u, kernel_magnitude_,
+    const double rounding_squares =
+        exact ? 0.0 : detail::rounding_groups(term_errors_, 2.0 * m.reduction_u * kernel_magnitude_);
+    ErrorParts e = errors.with_rounding(rounding_squares, exact ? 0.0 : m.reduction_u, kernel_magnitude_,
                                         exact ? 0.0 : reduction_gamma(n_, m.reduction_u) * kernel_magnitude_);
     e = detail::plus(e, overflow);
     double r = r_;
@@ -248,7 +279,7 @@ class CompensatedBuffer {
     const double kahan = denominator > 0.0 ? (3.0 * u + 8.0 * nd * u * u) / denominator * kernel_magnitude_ +
                                                  4.0 * nd * (f.underflow_floor + m.arithmetic_floor)
                                            : kInf;
-    ErrorParts e = errors_.with_rounding(n_, 0.0, 0.0, kahan);
+    ErrorParts e = errors_.with_rounding(static_cast<double>(n_), 0.0, 0.0, kahan);
     e.scale += kahan;
     const double r = r_ + reference_gamma(n_) * magnitude_;
     // Every partial sum is at most sum |t_i| (+ errors).

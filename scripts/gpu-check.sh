@@ -100,8 +100,9 @@ sanitize() {  # TOOL COMMAND...
   "$sanitizer" --tool "$tool" "${extra[@]}" --error-exitcode 1 "$@"
 }
 # The sanitizers run the CUDA op tests but the 100-run rerun of attention's
-# backward (the tests step runs it): one run of the same kernels is checked.
-sanitized_ops='*cuda:-*Over100Runs*'
+# backward (the tests step runs it): one run of the same kernels is checked;
+# the direct-form convolutions (cuda_direct) too.
+sanitized_ops='*cuda:*cuda_direct:-*Over100Runs*'
 memcheck() {
   sanitize memcheck build/tests/test_backend_ops --gtest_filter="$sanitized_ops" &&
     sanitize memcheck build/gradeq check --backend cuda --cases 3
