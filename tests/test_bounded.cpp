@@ -115,6 +115,41 @@ TEST(Bounded, ReductionBoundHoldsForEveryOrder) {
   }
 }
 
+// n equal terms summed in float32 round alike at every step of a binade:
+// their error grows like n u, not sqrt(n) u (a global pool hands every
+// position the same gradient, so the bias gradient before it is such a
+// sum). The probabilistic form must hold them, nearly equal terms (within
+// an ulp of the partial sums) and equal terms among zeros too; and the
+// error does exceed what sqrt(n) u M would have allowed, which is what the
+// grouping of a sum's own roundings (reductions.h, rounding_groups) is for.
+TEST(Bounded, EqualTermsRoundAlike) {
+  const ScopedRoundingModel scope(gradeq::rounding_model_for({DType::f32, DType::f32}, gradeq::ErrorModel{}));
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> jitter(-1.0, 1.0);
+  double worst_over_sqrt_n = 0.0;
+  for (double c : {0.1, 1.0 / 3.0, 0.7071067811865476, 0.001 * 3.141592653589793, -0.0118})
+    for (long n : {1024L, 4096L, 65536L})
+      for (int variant = 0; variant < 3; ++variant) {
+        std::vector<double> x(static_cast<std::size_t>(n));
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          double v = c;
+          if (variant == 1) v = c * (1.0 + 1e-9 * jitter(rng));  // nearly equal: within an ulp of the partial sums
+          if (variant == 2 && i % 3 == 1) v = 0.0;               // equal or zero: behind a ReLU
+          x[i] = static_cast<float>(v);
+        }
+        const Bounded s = reduce<Bounded>(n, [&](long i) { return Bounded(x[static_cast<std::size_t>(i)]); });
+        float forward = 0.0f;
+        for (double v : x) forward += static_cast<float>(v);
+        const double error = std::abs(forward - s.value);
+        EXPECT_LE(error, s.kernel_bound) << "c " << c << ", n " << n << ", variant " << variant;
+        const double magnitude = std::abs(s.value);
+        const double sqrt_n_rule = 6.0 * std::sqrt(static_cast<double>(n)) * 0x1p-24 * magnitude;
+        worst_over_sqrt_n = std::max(worst_over_sqrt_n, error / sqrt_n_rule);
+      }
+  EXPECT_GT(worst_over_sqrt_n, 1.0) << "equal terms never exceeded lambda sqrt(n) u M: the test shows nothing";
+  std::printf("equal terms: worst error / (6 sqrt(n) u M) = %.2f\n", worst_over_sqrt_n);
+}
+
 // The chunked head's softmax denominator (losses.h, online_denominator):
 // float32 as the host kernel forms it (each chunk's terms against the
 // running max, summed, then added to the running sum rescaled by exp(m_old

@@ -10,6 +10,7 @@
 
 #include "harness/core/measured_memory.h"
 #include "harness/core/backends.h"
+#include "harness/core/config.h"
 #include "harness/core/suite.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "harness/gate/selftest.h"
@@ -382,6 +383,62 @@ TEST_P(RaceMutant, DriftsRunToRunAndIsCaughtByDeterminism) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, RaceMutant, ::testing::Values("cpu", "cuda"),
                          [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace gradeq
+
+namespace gradeq {
+namespace {
+
+// A convolution whose weight-gradient reduction stops one position short
+// (a loop bound of n - 1): each sample's last output position never reaches
+// dw or db.
+class SkipsLastPosition : public CpuBackend {
+ public:
+  void conv2d_backward_weight(const Conv2dConfig& c, const Tensor& dy, const Tensor& x, const Tensor& dw,
+                              const Tensor& db) override {
+    std::vector<float> g(static_cast<std::size_t>(dy.size()));
+    download(dy, g);
+    const long positions = c.out_height() * c.out_width();
+    for (long n = 0; n < dy.rows; ++n)
+      for (long o = 0; o < c.out_channels; ++o)
+        g[static_cast<std::size_t>(n * c.out_size() + o * positions + positions - 1)] = 0.0f;
+    Tensor cut = allocate(dy.rows, dy.cols, dy.dtype);
+    upload(cut, g);
+    CpuBackend::conv2d_backward_weight(c, cut, x, dw, db);
+    release(cut);
+  }
+};
+
+// Global pooling hands every position of a channel the same gradient, so
+// the bias gradient before it sums thousands of equal terms, whose
+// roundings move together (docs/NUMERICS.md §3, "Sums of equal terms").
+// Correct code passes on both host forms (it failed at 1.39x before the
+// sum's own roundings were grouped by value); a reduction one position
+// short still fails.
+TEST(Mutants, EqualTermsSumsPassCorrectCodeAndCatchAShortReduction) {
+  const std::vector<ScenarioSpec> specs = parse_scenarios(R"(
+[[scenario]]
+name = "conv1x1_relu_global_pool"
+image = [64, 32, 32]
+layers = ["conv2d:64:1", "relu", "conv2d:32:1", "relu", "global_avgpool", "linear:10"]
+loss = "cross_entropy"
+split = [[2, 2]]
+seed = 64
+)", "equal_terms.toml");
+  double correct = 0.0;
+  for (ConvForm form : {ConvForm::im2col, ConvForm::direct}) {
+    CpuBackend cpu(form);
+    const ScenarioResult r = check_scenario(specs[0], cpu, correct_loop(), ErrorModel{});
+    EXPECT_TRUE(r.passed()) << cpu.name() << ": " << r.first_failure();
+    correct = std::max(correct, r.kernel.worst_ratio);
+  }
+  SkipsLastPosition buggy;
+  const ScenarioResult r = check_scenario(specs[0], buggy, correct_loop(), ErrorModel{});
+  EXPECT_FALSE(r.passed());
+  std::printf("equal-terms scenario: correct code kernel err/bound %.3g, one position short %.3g\n", correct,
+              r.kernel.worst_ratio);
+}
 
 }  // namespace
 }  // namespace gradeq
