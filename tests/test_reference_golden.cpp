@@ -1,6 +1,10 @@
 // The float64 reference reproduces PyTorch's float64 results (tests/golden):
 // conventions finite differences cannot pin (tanh GELU, biased variance,
 // where eps goes, ignore_index, PyTorch's SGD).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
 #include "harness/core/ops/registry.h"
 #include "reference/attention.h"
 #include "reference/conv.h"
@@ -30,12 +34,33 @@ TEST(ReferenceGolden, Linear) {
   expect_matches_golden(grads.db, matrix(g["dbias"]), "dbias");
 }
 
+// The criterion for the vision ops, beside the element-wise
+// check against the reference's own bound: the largest difference from
+// PyTorch float64 relative to the tensor's largest value, at most 1e-12.
+struct WorstRelative {
+  double worst = 0.0;
+  void add(const Matrix<Bounded>& ours, const Matrix<double>& golden) {
+    double diff = 0.0, scale = 0.0;
+    for (long i = 0; i < ours.size(); ++i) {
+      diff = std::max(diff, std::abs(ours.data()[i].value - golden.data()[i]));
+      scale = std::max(scale, std::abs(golden.data()[i]));
+    }
+    worst = std::max(worst, scale > 0.0 ? diff / scale : diff);
+  }
+  void expect_within(const char* what) const {
+    EXPECT_LE(worst, 1e-12) << what;
+    std::printf("%s: largest difference from PyTorch float64, relative to the tensor's largest value: %.2g\n", what,
+                worst);
+  }
+};
+
 // nn.Conv2d: a 3x3 halo on an odd image, stride 2 on an odd image with two
 // groups, depthwise with dilation 2, a 1x1; the input gradient and the
 // weight gradient through their own GEMMs (reference/conv.h).
 TEST(ReferenceGolden, Conv2d) {
   const auto file = golden("conv2d");
   ASSERT_EQ(file["cases"].size(), 4u);
+  WorstRelative relative;
   for (const auto& g : file["cases"]) {
     ref::ConvShape s;
     s.in = {g["image"][0].get<long>(), g["image"][1].get<long>(), g["image"][2].get<long>()};
@@ -48,13 +73,20 @@ TEST(ReferenceGolden, Conv2d) {
     const std::string what = "conv2d " + ref::describe(s.in) + " groups " + std::to_string(s.groups);
     const auto x = lift<Bounded>(matrix(g["x"])), w = lift<Bounded>(matrix(g["weight"]));
     const auto b = lift<Bounded>(matrix(g["bias"])), dy = lift<Bounded>(matrix(g["dy"]));
-    expect_matches_golden(ref::conv2d_forward(s, x, w, b), matrix(g["y"]), what + " y");
-    expect_matches_golden(ref::conv2d_backward_data(s, w, dy), matrix(g["dx"]), what + " dx");
-    ref::RowSum<Bounded> dw, db;
-    ref::conv2d_backward_weight(s, x, dy, dw, db);
-    expect_matches_golden(std::move(dw).result(), matrix(g["dweight"]), what + " dweight");
-    expect_matches_golden(std::move(db).result(), matrix(g["dbias"]), what + " dbias");
+    const auto y = ref::conv2d_forward(s, x, w, b), dx = ref::conv2d_backward_data(s, w, dy);
+    expect_matches_golden(y, matrix(g["y"]), what + " y");
+    expect_matches_golden(dx, matrix(g["dx"]), what + " dx");
+    ref::RowSum<Bounded> dw_sum, db_sum;
+    ref::conv2d_backward_weight(s, x, dy, dw_sum, db_sum);
+    const auto dw = std::move(dw_sum).result(), db = std::move(db_sum).result();
+    expect_matches_golden(dw, matrix(g["dweight"]), what + " dweight");
+    expect_matches_golden(db, matrix(g["dbias"]), what + " dbias");
+    relative.add(y, matrix(g["y"]));
+    relative.add(dx, matrix(g["dx"]));
+    relative.add(dw, matrix(g["dweight"]));
+    relative.add(db, matrix(g["dbias"]));
   }
+  relative.expect_within("conv2d");
 }
 
 // nn.AvgPool2d (side by side on an odd width, overlapping), nn.AdaptiveAvgPool2d(1)
@@ -62,22 +94,30 @@ TEST(ReferenceGolden, Conv2d) {
 TEST(ReferenceGolden, PoolingAndUpsampling) {
   const auto file = golden("resample");
   ASSERT_EQ(file["cases"].size(), 4u);
+  WorstRelative relative;
   for (const auto& g : file["cases"]) {
     const ref::ImageShape in{g["image"][0].get<long>(), g["image"][1].get<long>(), g["image"][2].get<long>()};
     const std::string layer = g["layer"], what = layer + " " + ref::describe(in);
     const auto x = lift<Bounded>(matrix(g["x"])), dy = lift<Bounded>(matrix(g["dy"]));
     if (layer == "upsample") {
-      expect_matches_golden(ref::upsample_forward(in, x), matrix(g["y"]), what + " y");
-      expect_matches_golden(ref::upsample_backward(in, dy), matrix(g["dx"]), what + " dx");
+      const auto y = ref::upsample_forward(in, x), dx = ref::upsample_backward(in, dy);
+      expect_matches_golden(y, matrix(g["y"]), what + " y");
+      expect_matches_golden(dx, matrix(g["dx"]), what + " dx");
+      relative.add(y, matrix(g["y"]));
+      relative.add(dx, matrix(g["dx"]));
       continue;
     }
     const ref::PoolShape s = layer == "global_avgpool"
                                  ? ref::global_pool(in)
                                  : ref::PoolShape{in, g["kernel"].get<long>(), g["kernel"].get<long>(),
                                                   g["stride"].get<long>(), g["stride"].get<long>()};
-    expect_matches_golden(ref::avgpool_forward(s, x), matrix(g["y"]), what + " y");
-    expect_matches_golden(ref::avgpool_backward(s, dy), matrix(g["dx"]), what + " dx");
+    const auto y = ref::avgpool_forward(s, x), dx = ref::avgpool_backward(s, dy);
+    expect_matches_golden(y, matrix(g["y"]), what + " y");
+    expect_matches_golden(dx, matrix(g["dx"]), what + " dx");
+    relative.add(y, matrix(g["y"]));
+    relative.add(dx, matrix(g["dx"]));
   }
+  relative.expect_within("pooling and up-sampling");
 }
 
 TEST(ReferenceGolden, Relu) {
@@ -421,9 +461,15 @@ TEST(ReferenceGolden, SmallUNetWindow) {
   EXPECT_EQ(params.size(), g["parameters"].size()) << "every parameter of the golden file, once";
   const auto tape = ref::forward(model, params, lift<Bounded>(matrix(g["x"])));
   expect_matches_golden(tape.output(), matrix(g["y"]), "y");
+  WorstRelative relative;
+  relative.add(tape.output(), matrix(g["y"]));
   const auto grads = ref::backward(model, params, tape, lift<Bounded>(matrix(g["dy"])));
-  for (std::size_t p = 0; p < params.size(); ++p)
-    expect_matches_golden(grads[p], matrix(g["gradients"][model.parameters[p].name]), model.parameters[p].name);
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    const Matrix<double> expected = matrix(g["gradients"][model.parameters[p].name]);
+    expect_matches_golden(grads[p], expected, model.parameters[p].name);
+    relative.add(grads[p], expected);
+  }
+  relative.expect_within("the small U-Net's window");
 }
 
 TEST(ReferenceGolden, ScheduleWarmupCosine) {
