@@ -574,8 +574,13 @@ namespace gradeq::test {
 namespace {
 
 // cpu-direct is a different kernel, not a second name for cpu: its sums
-// run in other orders, so over long reductions its float32 results differ
-// from im2col's somewhere (both within the bound: OpTable above).
+// run in other orders, so its float32 results differ from im2col's
+// somewhere (both within the bound: OpTable above). The input gradient's
+// order differs by construction: im2col adds, for each tap, a GEMM's sum
+// over the outputs, then the taps; the direct form makes one sum over
+// (o, ky, kx). (Whether the forward's and the weight gradient's orders
+// differ depends on the GEMM's blocking, which differs between builds: a
+// sanitized build sums the weight gradient in the direct form's order.)
 TEST(DirectConv, SumsInAnotherOrderThanIm2col) {
   Conv2dConfig c;
   c.in_channels = 8, c.height = 9, c.width = 9, c.out_channels = 6, c.kernel = 3, c.padding = 1, c.stride = 2;
@@ -620,8 +625,9 @@ TEST(DirectConv, SumsInAnotherOrderThanIm2col) {
     for (std::size_t i = 0; i < p.size(); ++i) n += p[i] != q[i];
     return n;
   };
-  EXPECT_GT(differences(a.y, d.y) + differences(a.dx, d.dx) + differences(a.dw, d.dw), 0);
-  EXPECT_GT(differences(a.dw, d.dw), 0) << "a weight gradient over 75 positions summed in the same order twice?";
+  EXPECT_GT(differences(a.dx, d.dx), 0) << "the input gradient summed in the same order by both forms?";
+  std::printf("elements that differ, im2col against direct: y %ld, dx %ld, dw %ld\n", differences(a.y, d.y),
+              differences(a.dx, d.dx), differences(a.dw, d.dw));
 }
 
 }  // namespace
