@@ -69,6 +69,15 @@ struct Conv2dConfig {
 
   GRADEQ_HD long out_height() const { return (height + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1; }
   GRADEQ_HD long out_width() const { return (width + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1; }
+  // The input row (column) that tap k of output row (column) o reads;
+  // outside [0, height) ([0, width)) it is padding.
+  GRADEQ_HD long input_index(long o, long k) const { return o * stride - padding + k * dilation; }
+  // The output row (column), among `out`, whose tap k reads input row
+  // (column) i; -1 where none does (padding, or between strides).
+  GRADEQ_HD long output_index(long i, long k, long out) const {
+    const long t = i + padding - k * dilation;
+    return t < 0 || t % stride != 0 || t / stride >= out ? -1 : t / stride;
+  }
   GRADEQ_HD long in_per_group() const { return in_channels / groups; }
   GRADEQ_HD long out_per_group() const { return out_channels / groups; }
   GRADEQ_HD long taps() const { return in_per_group() * kernel * kernel; }  // a weight row

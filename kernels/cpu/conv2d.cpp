@@ -41,9 +41,9 @@ void im2col(const Conv2dConfig& c, const float* x, long samples, long g, float* 
         for (long ch = 0; ch < c.in_per_group(); ++ch) {
           const float* image = x + n * c.in_size() + (g * c.in_per_group() + ch) * plane;
           for (long ky = 0; ky < k; ++ky) {
-            const long iy = oy * c.stride - c.padding + ky * c.dilation;
+            const long iy = c.input_index(oy, ky);
             for (long kx = 0; kx < k; ++kx) {
-              const long ix = ox * c.stride - c.padding + kx * c.dilation;
+              const long ix = c.input_index(ox, kx);
               const bool inside = iy >= 0 && iy < c.height && ix >= 0 && ix < c.width;
               row[(ch * k + ky) * k + kx] = inside ? image[iy * c.width + ix] : 0.0f;
             }
@@ -83,10 +83,10 @@ void direct_forward(const Conv2dConfig& c, const float* x, const float* w, const
           float acc = 0.0f;
           for (long ch = 0; ch < c.in_per_group(); ++ch)
             for (long ky = 0; ky < k; ++ky) {
-              const long iy = oy * c.stride - c.padding + ky * c.dilation;
+              const long iy = c.input_index(oy, ky);
               if (iy < 0 || iy >= c.height) continue;
               for (long kx = 0; kx < k; ++kx) {
-                const long ix = ox * c.stride - c.padding + kx * c.dilation;
+                const long ix = c.input_index(ox, kx);
                 if (ix >= 0 && ix < c.width) acc += row[(ch * k + ky) * k + kx] * in.at(n, first + ch, iy, ix);
               }
             }
@@ -107,12 +107,12 @@ void direct_backward_data(const Conv2dConfig& c, const float* dy, const float* w
           for (long o = 0; o < og; ++o) {
             const long oc = g * og + o;
             for (long ky = 0; ky < k; ++ky) {
-              const long ty = iy + c.padding - ky * c.dilation;
-              if (ty < 0 || ty % c.stride != 0 || ty / c.stride >= ho) continue;
+              const long oy = c.output_index(iy, ky, ho);
+              if (oy < 0) continue;
               for (long kx = 0; kx < k; ++kx) {
-                const long tx = ix + c.padding - kx * c.dilation;
-                if (tx < 0 || tx % c.stride != 0 || tx / c.stride >= wo) continue;
-                acc += grad.at(n, oc, ty / c.stride, tx / c.stride) * w[oc * c.taps() + (ch * k + ky) * k + kx];
+                const long ox = c.output_index(ix, kx, wo);
+                if (ox < 0) continue;
+                acc += grad.at(n, oc, oy, ox) * w[oc * c.taps() + (ch * k + ky) * k + kx];
               }
             }
           }
@@ -134,10 +134,10 @@ void direct_backward_weight(const Conv2dConfig& c, const float* dy, const float*
           float acc = 0.0f;
           for (long n = 0; n < samples; ++n)
             for (long oy = 0; oy < ho; ++oy) {
-              const long iy = oy * c.stride - c.padding + ky * c.dilation;
+              const long iy = c.input_index(oy, ky);
               if (iy < 0 || iy >= c.height) continue;
               for (long ox = 0; ox < wo; ++ox) {
-                const long ix = ox * c.stride - c.padding + kx * c.dilation;
+                const long ix = c.input_index(ox, kx);
                 if (ix >= 0 && ix < c.width) acc += grad.at(n, oc, oy, ox) * in.at(n, first + ch, iy, ix);
               }
             }
@@ -215,10 +215,10 @@ void CpuBackend::conv2d_backward_data(const Conv2dConfig& c, const Tensor& dy, c
           for (long ox = 0; ox < c.out_width(); ++ox) {
             const float* row = dcols + ((n * c.out_height() + oy) * c.out_width() + ox) * c.taps();
             for (long ky = 0; ky < k; ++ky) {
-              const long iy = oy * c.stride - c.padding + ky * c.dilation;
+              const long iy = c.input_index(oy, ky);
               if (iy < 0 || iy >= c.height) continue;
               for (long kx = 0; kx < k; ++kx) {
-                const long ix = ox * c.stride - c.padding + kx * c.dilation;
+                const long ix = c.input_index(ox, kx);
                 if (ix >= 0 && ix < c.width) image[iy * c.width + ix] += row[(ch * k + ky) * k + kx];
               }
             }

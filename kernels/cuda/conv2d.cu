@@ -45,7 +45,7 @@ __global__ void im2col(Conv2dConfig c, const void* x, DType t, long samples, lon
     const long row = i / taps, tap = i % taps;
     const long n = row / (ho * wo), oy = row / wo % ho, ox = row % wo;
     const long ch = tap / (k * k), ky = tap / k % k, kx = tap % k;
-    const long iy = oy * c.stride - c.padding + ky * c.dilation, ix = ox * c.stride - c.padding + kx * c.dilation;
+    const long iy = c.input_index(oy, ky), ix = c.input_index(ox, kx);
     const bool inside = iy >= 0 && iy < c.height && ix >= 0 && ix < c.width;
     cols[i] = inside ? load(x, t, n * c.in_size() + ((g * c.in_per_group() + ch) * c.height + iy) * c.width + ix) : 0.0f;
   }
@@ -82,12 +82,12 @@ __global__ void col2im(Conv2dConfig c, const float* dcols, long samples, long g,
                ix = i % c.width;
     float s = 0.0f;
     for (long ky = 0; ky < k; ++ky) {
-      const long ty = iy + c.padding - ky * c.dilation;
-      if (ty < 0 || ty % c.stride != 0 || ty / c.stride >= ho) continue;
+      const long oy = c.output_index(iy, ky, ho);
+      if (oy < 0) continue;
       for (long kx = 0; kx < k; ++kx) {
-        const long tx = ix + c.padding - kx * c.dilation;
-        if (tx < 0 || tx % c.stride != 0 || tx / c.stride >= wo) continue;
-        s += dcols[((n * ho + ty / c.stride) * wo + tx / c.stride) * c.taps() + (ch * k + ky) * k + kx];
+        const long ox = c.output_index(ix, kx, wo);
+        if (ox < 0) continue;
+        s += dcols[((n * ho + oy) * wo + ox) * c.taps() + (ch * k + ky) * k + kx];
       }
     }
     store(dx, t, n * c.in_size() + (g * c.in_per_group() + ch) * plane + iy * c.width + ix, s);
@@ -118,10 +118,10 @@ __global__ void direct_forward(Conv2dConfig c, const void* x, DType tx, const vo
     float acc = 0.0f;
     for (long ch = 0; ch < c.in_per_group(); ++ch)
       for (long ky = 0; ky < k; ++ky) {
-        const long iy = oy * c.stride - c.padding + ky * c.dilation;
+        const long iy = c.input_index(oy, ky);
         if (iy < 0 || iy >= c.height) continue;
         for (long kx = 0; kx < k; ++kx) {
-          const long ix = ox * c.stride - c.padding + kx * c.dilation;
+          const long ix = c.input_index(ox, kx);
           if (ix < 0 || ix >= c.width) continue;
           acc += load(w, tw, oc * c.taps() + (ch * k + ky) * k + kx) *
                  load(x, tx, n * c.in_size() + ((first + ch) * c.height + iy) * c.width + ix);
@@ -142,12 +142,12 @@ __global__ void direct_backward_data(Conv2dConfig c, const void* dy, DType tdy, 
     for (long o = 0; o < og; ++o) {
       const long oc = g * og + o;
       for (long ky = 0; ky < k; ++ky) {
-        const long ty = iy + c.padding - ky * c.dilation;
-        if (ty < 0 || ty % c.stride != 0 || ty / c.stride >= ho) continue;
+        const long oy = c.output_index(iy, ky, ho);
+        if (oy < 0) continue;
         for (long kx = 0; kx < k; ++kx) {
-          const long tx = ix + c.padding - kx * c.dilation;
-          if (tx < 0 || tx % c.stride != 0 || tx / c.stride >= wo) continue;
-          acc += load(dy, tdy, n * c.out_size() + (oc * ho + ty / c.stride) * wo + tx / c.stride) *
+          const long ox = c.output_index(ix, kx, wo);
+          if (ox < 0) continue;
+          acc += load(dy, tdy, n * c.out_size() + (oc * ho + oy) * wo + ox) *
                  load(w, tw, oc * c.taps() + (ch * k + ky) * k + kx);
         }
       }
@@ -182,7 +182,7 @@ __global__ void weight_gradient_split(Conv2dConfig c, const void* dy, DType tdy,
       const long tap = t0 + col;
       if (tap < c.taps()) {
         const long ch = tap / (k * k), ky = tap / k % k, kx = tap % k;
-        const long iy = oy * c.stride - c.padding + ky * c.dilation, ix = ox * c.stride - c.padding + kx * c.dilation;
+        const long iy = c.input_index(oy, ky), ix = c.input_index(ox, kx);
         if (iy >= 0 && iy < c.height && ix >= 0 && ix < c.width)
           v = load(x, tx, n * c.in_size() + ((g * c.in_per_group() + ch) * c.height + iy) * c.width + ix);
       }
