@@ -1,5 +1,6 @@
 // console_report.cpp — what the command line prints: the gate's summary,
 // the self-test's kill matrix and campaign, and the catalogue listings.
+#include <algorithm>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -117,8 +118,10 @@ std::string catalogue_listing(const Catalogue& c, const std::string& what) {
   }
   if (what == "backends" || what == "all") {
     out << "backends:\n";
+    std::size_t width = 0;  // the longest name, registered ones included
+    for (const BackendInfo& b : c.backends) width = std::max(width, b.name.size());
     for (const BackendInfo& b : c.backends)
-      out << fmt::format("  {:11} {:12} {}\n", b.name, b.available ? "available" : "unavailable", b.detail);
+      out << fmt::format("  {:{}} {:12} {}\n", b.name, width, b.available ? "available" : "unavailable", b.detail);
   }
   return out.str();
 }

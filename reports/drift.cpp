@@ -15,13 +15,6 @@
 namespace gradeq {
 namespace {
 
-double ratio_of(const nlohmann::json& j) {
-  // json_number writes non-finite ratios as strings ("inf", "nan").
-  if (j.is_number()) return j.get<double>();
-  if (j.is_string()) return j.get<std::string>() == "nan" ? NAN : HUGE_VAL;
-  return 0.0;
-}
-
 // Grown: more than kDriftFactor times the baseline and by at least
 // kDriftFloor (a ratio of 1e-4 becoming 3e-4 is not worth a look).
 bool grown(double now, double before) {
@@ -35,12 +28,6 @@ Tensors tensors_of(const nlohmann::json& verdict) {
   Tensors out;
   for (const nlohmann::json& t : verdict.value("tensors", nlohmann::json::array()))
     out[{t.value("tensor", ""), t.value("window", 0L)}] = ratio_of(t.value("worst_ratio", nlohmann::json(0.0)));
-  return out;
-}
-
-std::map<std::string, const nlohmann::json*> by_name(const nlohmann::json& list, const char* key) {
-  std::map<std::string, const nlohmann::json*> out;
-  for (const nlohmann::json& item : list) out[item.value(key, "")] = &item;
   return out;
 }
 

@@ -181,6 +181,19 @@ std::string report_html(const nlohmann::json& report, const DrawnFigures& drawn,
       << escaped(drift_markdown(*drift)) << "</pre></section>\n";
   }
 
+  if (report.contains("beside")) {
+    const nlohmann::json& b = report.at("beside");
+    h << "<section id=\"beside\"><h2>Beside backend " << escaped(b.value("other_backend", "")) << "</h2>\n<p>"
+      << escaped(beside_caption(b)) << "</p>\n<table id=\"beside-tensors\">\n";
+    const std::vector<std::vector<std::string>> table = beside_table(b);
+    for (std::size_t i = 0; i < table.size(); ++i) {
+      h << "<tr>";
+      for (const std::string& cell : table[i]) h << (i == 0 ? "<th>" : "<td>") << escaped(cell) << (i == 0 ? "</th>" : "</td>");
+      h << "</tr>\n";
+    }
+    h << "</table></section>\n";
+  }
+
   // Per scenario, folded: its model, verdicts per tensor, and its figure.
   h << "<h2>Scenario details</h2>\n";
   for (const nlohmann::json& s : report.at("scenarios")) {

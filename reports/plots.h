@@ -13,11 +13,13 @@
 namespace gradeq {
 
 // Studies run apart from the report and shown in it: a self-test
-// (selftest.json from `gradeq selftest --out`) and the normalizer training
-// sweep (sweep_norms.json from `gradeq sweep norms --windows K --out`).
+// (selftest.json from `gradeq selftest --out`), the normalizer training
+// sweep (sweep_norms.json from `gradeq sweep norms --windows K --out`) and
+// another run's report.json to set beside this one's (--beside).
 struct Attached {
   const nlohmann::json* selftest = nullptr;
   const nlohmann::json* training = nullptr;
+  const nlohmann::json* beside = nullptr;
 };
 
 struct Figure {

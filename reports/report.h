@@ -63,6 +63,21 @@ void check_baseline_scenarios(const std::vector<std::string>& scenarios, const n
 nlohmann::json compare_to_baseline(const nlohmann::json& current, const nlohmann::json& baseline);
 std::string drift_markdown(const nlohmann::json& drift);
 
+// Beside another run's report.json (`gradeq check --report DIR --beside
+// OTHER/report.json`): each tensor's worst err/bound in both runs, for the
+// scenario checks and properties both ran; report.json's "beside". For two
+// kernels side by side: another backend, or the host kernels in the
+// worst-case order (cpu-adversarial) beside the natural one. check_beside
+// refuses (std::invalid_argument) a document that is not a report of this
+// schema version; compare_beside also one with nothing in common.
+void check_beside(const nlohmann::json& other);
+nlohmann::json compare_beside(const nlohmann::json& current, const nlohmann::json& other);
+// Its table (the kernel-correctness tensors, largest err/bound here first,
+// at most 30 rows after the header) and the caption that says what it is.
+std::vector<std::vector<std::string>> beside_table(const nlohmann::json& beside);
+std::string beside_caption(const nlohmann::json& beside);
+std::string beside_markdown(const nlohmann::json& beside);
+
 // Text inside XML or HTML markup (element content or a quoted attribute).
 std::string markup_escaped(const std::string& text);
 

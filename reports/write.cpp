@@ -58,14 +58,17 @@ std::string write_reports(const std::filesystem::path& dir, const CheckReport& r
   std::filesystem::create_directories(dir);
   nlohmann::json json = report_json(report);
   if (drift) json["drift"] = *drift;
+  if (attached.beside) json["beside"] = compare_beside(json, *attached.beside);
+  const std::string appended = (drift ? drift_markdown(*drift) : std::string()) +
+                               (attached.beside ? beside_markdown(json.at("beside")) : std::string());
   write_text(dir / "report.json", json.dump(2) + "\n");
   write_text(dir / "junit.xml", report_junit(report, drift, fail_on_drift));
   if (!plots) {
-    write_text(dir / "report.md", report_markdown(report) + (drift ? drift_markdown(*drift) : std::string()));
+    write_text(dir / "report.md", report_markdown(report) + appended);
     return "";
   }
   const DrawnFigures drawn = draw_figures(report_figures(json, attached), dir / "plots");
-  write_text(dir / "report.md", report_markdown(report, &drawn.figures) + (drift ? drift_markdown(*drift) : std::string()));
+  write_text(dir / "report.md", report_markdown(report, &drawn.figures) + appended);
   write_text(dir / "report.html", report_html(json, drawn, drift, attached));
   return drawn.problem;
 }

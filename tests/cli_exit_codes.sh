@@ -54,6 +54,14 @@ sed -E 's/("worst_ratio": )0\.1([0-9])/\10.0\2/' "$work/base/report.json" >"$wor
 expect 1 "grown .*fails the run|fails the run" -- check --scenario mlp_mse_equal --property Exactness --baseline "$work/tight.json" --fail-on-drift
 expect 0 "checks flagged" -- check --scenario mlp_mse_equal --property Exactness --baseline "$work/tight.json"
 expect 2 "campaign" -- selftest --campaign 0
+# Beside another run's report: refused when it cannot be shown or read; a
+# section of the report otherwise.
+expect 2 "give --report DIR" -- check --scenario mlp_mse_equal --beside "$work/base/report.json"
+expect 2 "beside: not a gradeq report" -- check --scenario mlp_mse_equal --report "$work/bes" --beside "$work/not_a_report.json"
+expect 0 "PASS" -- check --backend cpu-adversarial --scenario mlp_mse_equal --property Exactness --report "$work/bes" \
+  --beside "$work/base/report.json"
+grep -q "## Beside backend cpu" "$work/bes/report.md" || { echo "FAIL: no beside section in report.md"; failures=$((failures + 1)); }
+grep -q 'id="beside-tensors"' "$work/bes/report.html" || { echo "FAIL: no beside table in report.html"; failures=$((failures + 1)); }
 # Without a device (or without a CUDA build) cuda is an environment error
 # with the reason; with one, the same gate runs on it.
 if "$gradeq" list backends | grep -qE '^  cuda +available'; then

@@ -15,6 +15,7 @@
 #include "harness/core/op_table.h"
 #include "kernels/check.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_internal.h"
 #include "kernels/forwarding_backend.h"
 #include "reference/attention.h"
 #include "reference/layers.h"
@@ -559,6 +560,10 @@ TEST(OpTable, EmbeddingBackwardEntryCatchesItsBugs) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, OpTable, ::testing::Combine(::testing::Values("cpu", "cuda"), ::testing::ValuesIn(op_names())),
                          [](const auto& info) { return std::get<1>(info.param) + "_" + std::get<0>(info.param); });
+// The adversarial order changes every product and the long sums: every op.
+INSTANTIATE_TEST_SUITE_P(Adversarial, OpTable,
+                         ::testing::Combine(::testing::Values("cpu-adversarial"), ::testing::ValuesIn(op_names())),
+                         [](const auto& info) { return std::get<1>(info.param) + "_cpu_adversarial"; });
 // The direct-form convolutions differ from "cpu" and "cuda" in conv2d only.
 INSTANTIATE_TEST_SUITE_P(DirectConv, OpTable,
                          ::testing::Combine(::testing::Values("cpu-direct", "cuda-direct"), ::testing::Values("conv2d")),
@@ -628,6 +633,123 @@ TEST(DirectConv, SumsInAnotherOrderThanIm2col) {
   EXPECT_GT(differences(a.dx, d.dx), 0) << "the input gradient summed in the same order by both forms?";
   std::printf("elements that differ, im2col against direct: y %ld, dx %ld, dw %ld\n", differences(a.y, d.y),
               differences(a.dx, d.dx), differences(a.dw, d.dw));
+}
+
+}  // namespace
+}  // namespace gradeq::test
+
+namespace gradeq::test {
+namespace {
+
+// The adversarial order is a valid order: every term added once. Sums of
+// whole numbers are exact in float32 (every partial sum below 2^24) in any
+// order, so each must equal the exact sum.
+TEST(AdversarialSum, AddsEveryTermOnce) {
+  std::mt19937_64 rng{11};
+  std::uniform_int_distribution<int> whole(-100, 100);  // every partial sum below 2^24
+  EXPECT_EQ(cpu::adversarial_sum(nullptr, 0), 0.0f);
+  for (long n : {1L, 2L, 3L, 63L, 64L, 65L, 2047L, 4096L, 8193L, 20000L, 140000L}) {
+    std::vector<float> terms(static_cast<std::size_t>(n));
+    long exact = 0;
+    for (float& t : terms) {
+      t = static_cast<float>(whole(rng));
+      exact += static_cast<long>(t);
+    }
+    EXPECT_EQ(cpu::adversarial_sum(terms.data(), n), static_cast<float>(exact)) << "n = " << n;
+  }
+}
+
+// The order itself, on four terms (two splits): sorted by sign, the
+// non-negative terms 2^24, 1, 1 come first, so the first split adds 1 to
+// 2^24 (lost to rounding, ties to even) and the second 1 to -2^24: the sum
+// is 1. The loop's order (2^24 - 2^24 + 1 + 1) gives the exact 2.
+TEST(AdversarialSum, SortsBySignThenSplits) {
+  const float big = 16777216.0f;
+  const std::vector<float> terms{big, -big, 1.0f, 1.0f};
+  EXPECT_EQ(cpu::adversarial_sum(terms.data(), 4), 1.0f);
+  cpu::Sum natural(SumOrder::natural), adversarial(SumOrder::adversarial);
+  for (float t : terms) {
+    natural.add(t);
+    adversarial.add(t);
+  }
+  EXPECT_EQ(natural.result(), 2.0f);
+  EXPECT_EQ(adversarial.result(), 1.0f);
+}
+
+// What the order is for: it uses more of a sum's error bound than the
+// loop's order. Sums of 8,192 terms of either sign (normal, mean 0, as
+// gradients' terms are), over 50 seeds: the mean error of the adversarial
+// order against the natural order's, both against the float64 sum
+// (measured: about 30 times larger).
+TEST(AdversarialSum, ErrsMoreThanTheLoopOrder) {
+  std::mt19937_64 rng{5};
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const long n = 8192;
+  double natural_error = 0.0, adversarial_error = 0.0;
+  for (int seed = 0; seed < 50; ++seed) {
+    std::vector<float> terms(static_cast<std::size_t>(n));
+    double exact = 0.0;
+    float natural = 0.0f;
+    for (float& t : terms) {
+      t = normal(rng);
+      exact += t;
+      natural += t;
+    }
+    natural_error += std::abs(natural - exact);
+    adversarial_error += std::abs(cpu::adversarial_sum(terms.data(), n) - exact);
+  }
+  std::printf("mean error over 50 sums of 8192 terms: loop order %.3e, adversarial %.3e (%.1fx)\n", natural_error / 50,
+              adversarial_error / 50, adversarial_error / natural_error);
+  EXPECT_GT(adversarial_error, 10.0 * natural_error);
+}
+
+// The backend, not only the sum: a weight gradient over 8,192 rows
+// (dW = dy^T x, db = column sums of dy) differs from the natural order's
+// and errs more against float64 (the bound both must stay within: the op
+// table above).
+TEST(AdversarialSum, WeightGradientErrsMoreThanTheNaturalOrder) {
+  const long rows = 8192, in = 16, out = 8;
+  std::mt19937_64 rng{3};
+  std::normal_distribution<float> normal;
+  std::vector<float> x(static_cast<std::size_t>(rows * in)), dy(static_cast<std::size_t>(rows * out));
+  for (float& v : x) v = normal(rng);
+  for (float& v : dy) v = normal(rng);
+  std::vector<double> exact(static_cast<std::size_t>(out * in), 0.0);
+  for (long r = 0; r < rows; ++r)
+    for (long o = 0; o < out; ++o)
+      for (long i = 0; i < in; ++i)
+        exact[static_cast<std::size_t>(o * in + i)] +=
+            static_cast<double>(dy[static_cast<std::size_t>(r * out + o)]) * x[static_cast<std::size_t>(r * in + i)];
+  auto run = [&](CpuBackend& b) {
+    const Tensor tx = b.allocate(rows, in, DType::f32), tdy = b.allocate(rows, out, DType::f32),
+                 tdw = b.allocate(out, in, DType::f32), tdb = b.allocate(1, out, DType::f32);
+    b.upload(tx, x);
+    b.upload(tdy, dy);
+    b.upload(tdw, std::vector<float>(static_cast<std::size_t>(out * in), 0.0f));
+    b.upload(tdb, std::vector<float>(static_cast<std::size_t>(out), 0.0f));
+    b.linear_backward_weight(tdy, tx, tdw, tdb);
+    std::vector<float> dw(static_cast<std::size_t>(out * in));
+    b.download(tdw, dw);
+    return dw;
+  };
+  CpuBackend natural, adversarial(ConvForm::im2col, SumOrder::adversarial);
+  const std::vector<float> n = run(natural), a = run(adversarial);
+  double natural_error = 0.0, adversarial_error = 0.0;
+  long differ = 0;
+  for (std::size_t k = 0; k < n.size(); ++k) {
+    natural_error += std::abs(n[k] - exact[k]);
+    adversarial_error += std::abs(a[k] - exact[k]);
+    differ += n[k] != a[k];
+  }
+  std::printf("dW over 8192 rows: %ld of %zu elements differ; mean error natural %.3e, adversarial %.3e\n", differ,
+              n.size(), natural_error / n.size(), adversarial_error / n.size());
+  EXPECT_GT(differ, 0);
+  EXPECT_GT(adversarial_error, 3.0 * natural_error);
+}
+
+TEST(AdversarialSum, BackendNameAndNoDirectForm) {
+  EXPECT_EQ(CpuBackend(ConvForm::im2col, SumOrder::adversarial).name(), "cpu-adversarial");
+  EXPECT_THROW(CpuBackend(ConvForm::direct, SumOrder::adversarial), std::invalid_argument);
 }
 
 }  // namespace

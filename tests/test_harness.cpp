@@ -735,5 +735,57 @@ TEST(Reports, DriftFlagsWhatGrewAndNothingElse) {
   EXPECT_NE(report_junit(report, &drift, true).find("<failure message=\"grown: "), std::string::npos);
 }
 
+// Beside another run: every tensor both ran, each with both ratios as
+// they were written; the table's rows largest first, with the quotient;
+// a document that is not a report, of another schema, or with nothing in
+// common is refused.
+TEST(Reports, BesideSetsEachTensorNextToTheOtherRuns) {
+  GateOptions options;
+  options.scenarios = {"mlp_mse_equal", "token_ce_padded_uneven"};
+  options.properties = {"Exactness"};
+  CpuBackend cpu;
+  const nlohmann::json now = report_json(run_gate(options, cpu));
+  nlohmann::json other = now;
+  other["backend"] = "other";
+  long tensors = 0;
+  for (auto& sc : other["scenarios"])
+    for (auto& v : sc["verdicts"])
+      for (auto& t : v["tensors"]) {
+        ++tensors;
+        if (t["worst_ratio"].is_number()) t["worst_ratio"] = t["worst_ratio"].get<double>() / 4.0;
+      }
+  const nlohmann::json b = compare_beside(now, other);
+  ASSERT_EQ(static_cast<long>(b.at("tensors").size()), tensors);
+  for (const auto& t : b.at("tensors"))
+    if (t.at("ratio").is_number()) {
+      EXPECT_EQ(t.at("other_ratio").get<double>(), t.at("ratio").get<double>() / 4.0);
+    }
+  EXPECT_EQ(b.at("properties").size(), 1u);
+  EXPECT_EQ(b.at("other_backend"), "other");
+
+  const std::vector<std::vector<std::string>> table = beside_table(b);
+  ASSERT_GT(table.size(), 2u);
+  EXPECT_EQ(table[0].back(), "cpu / other");
+  for (std::size_t i = 2; i < table.size(); ++i) EXPECT_GE(std::stod(table[i - 1][3]), std::stod(table[i][3]));
+  for (std::size_t i = 1; i < table.size(); ++i)
+    if (!table[i][5].empty()) {
+      EXPECT_EQ(table[i][5], "4");
+    }
+  EXPECT_NE(beside_markdown(b).find("## Beside backend other"), std::string::npos);
+
+  // Fewer scenarios there: the common ones are set beside, the rest counted.
+  nlohmann::json fewer = other;
+  fewer["scenarios"].erase(0);
+  EXPECT_EQ(compare_beside(now, fewer).at("scenarios_only_here"), 1);
+  nlohmann::json nothing = other;
+  nothing["scenarios"] = nlohmann::json::array();
+  nothing["properties"] = nlohmann::json::array();
+  EXPECT_THROW(compare_beside(now, nothing), std::invalid_argument);
+  nlohmann::json other_version = other;
+  other_version["schema_version"] = 1;
+  EXPECT_THROW(compare_beside(now, other_version), std::invalid_argument);
+  EXPECT_THROW(compare_beside(now, nlohmann::json::object()), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace gradeq

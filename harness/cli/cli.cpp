@@ -87,6 +87,7 @@ struct CheckArgs {
   bool fail_on_drift = false;  // drift fails the run (exit 1)
   std::string selftest;        // a selftest.json whose figures the report shows
   std::string training;        // a training sweep's sweep_norms.json the report shows
+  std::string beside;          // another run's report.json to set beside this one's
   double timeout = kDefaultTimeout;  // data-parallel: seconds a collective may wait
   bool cases_given = false, size_given = false, timeout_given = false;
   std::uint64_t command = 0;  // a hash of the command line (every rank must run the same)
@@ -172,6 +173,10 @@ void add_check_options(CLI::App& cmd, CheckArgs& a) {
                  "Show this sweep_norms.json (from `gradeq sweep norms --windows K --out`) in the report: "
                  "BatchNorm against GroupNorm and LayerNorm over training")
       ->check(CLI::ExistingFile);
+  cmd.add_option("--beside", a.beside,
+                 "Show each tensor's worst err/bound beside this other run's report.json (another backend, or "
+                 "cpu-adversarial beside cpu) in the report")
+      ->check(CLI::ExistingFile);
 }
 
 // A run seed: any 64-bit unsigned value, written in decimal, nothing else
@@ -221,14 +226,17 @@ CheckOutputs outputs_of(const CheckArgs& a, const std::optional<std::string>& re
   return outputs;
 }
 
-// The studies a written report shows (--selftest, --norm-training), read and
-// checked before any work.
+// The studies a written report shows (--selftest, --norm-training,
+// --beside), read and checked before any work.
 void read_attached(const CheckArgs& a, const std::optional<std::string>& report_dir, CheckOutputs& outputs) {
-  if ((!a.selftest.empty() || !a.training.empty()) && !report_dir)
-    throw std::invalid_argument(std::string(a.selftest.empty() ? "--norm-training" : "--selftest") +
-                                " shows a study in a written report: give --report DIR (or use `gradeq report`)");
+  for (const auto& [option, file] : {std::pair{"--selftest", &a.selftest}, std::pair{"--norm-training", &a.training},
+                                     std::pair{"--beside", &a.beside}})
+    if (!file->empty() && !report_dir)
+      throw std::invalid_argument(std::string(option) +
+                                  " shows a study in a written report: give --report DIR (or use `gradeq report`)");
   if (!a.selftest.empty()) outputs.selftest = read_selftest(a.selftest);
   if (!a.training.empty()) outputs.training = read_training(a.training);
+  if (!a.beside.empty()) outputs.beside = read_beside(a.beside);
 }
 
 int run_data_parallel_check(const CheckArgs& a, const std::optional<std::string>& report_dir,

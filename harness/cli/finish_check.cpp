@@ -70,6 +70,12 @@ nlohmann::json read_training(const std::string& path) {
   return j;
 }
 
+nlohmann::json read_beside(const std::string& path) {
+  const nlohmann::json j = read_json_file(path, "--beside");
+  check_beside(j);
+  return j;
+}
+
 bool finish_check(const CheckReport& report, const CheckOutputs& o) {
   std::cout << check_summary(report);
   std::optional<nlohmann::json> drift;
@@ -79,7 +85,8 @@ bool finish_check(const CheckReport& report, const CheckOutputs& o) {
   }
   const nlohmann::json* drift_json = drift ? &*drift : nullptr;
   if (o.report_dir) write_all_reports(*o.report_dir, report, drift_json, o.fail_on_drift,
-                      {o.selftest ? &*o.selftest : nullptr, o.training ? &*o.training : nullptr});
+                      {o.selftest ? &*o.selftest : nullptr, o.training ? &*o.training : nullptr,
+                       o.beside ? &*o.beside : nullptr});
   if (!o.junit_file.empty()) {
     write_text(o.junit_file, report_junit(report, drift_json, o.fail_on_drift));
     std::cout << "wrote " << o.junit_file << "\n";

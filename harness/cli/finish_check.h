@@ -22,6 +22,7 @@ struct CheckOutputs {
   bool fail_on_drift = false;              // drift fails the run
   std::optional<nlohmann::json> selftest;  // a selftest.json the report shows (read_selftest)
   std::optional<nlohmann::json> training;  // a training sweep's sweep_norms.json it shows (read_training)
+  std::optional<nlohmann::json> beside;    // another run's report.json it sets beside this one (read_beside)
 };
 
 // Before the run: the report directory and the JUnit file's directory
@@ -36,6 +37,8 @@ nlohmann::json read_baseline(const std::string& path);
 nlohmann::json read_selftest(const std::string& path);
 // --norm-training: a sweep_norms.json from `gradeq sweep norms --windows K --out DIR`.
 nlohmann::json read_training(const std::string& path);
+// --beside: another run's report.json.
+nlohmann::json read_beside(const std::string& path);
 
 // After the run: prints the summary and the drift against the baseline,
 // writes the reports and the JUnit file. Returns whether the run passes:

@@ -1,4 +1,5 @@
-// backends.cpp — the cpu backend and its cpu-direct form always; cuda and
+// backends.cpp — the cpu backend and its cpu-direct and cpu-adversarial
+// forms always; cuda and
 // cuda-direct when built with nvcc and a device is present; then the
 // backends a program registered.
 #include "harness/core/backends.h"
@@ -42,14 +43,20 @@ void register_backend(const std::string& name, const std::string& description, B
     throw std::invalid_argument("register_backend: '" + name +
                                 "' is not a backend name (1-64 letters, digits, '-', '_' or '.')");
   if (!factory) throw std::invalid_argument("register_backend(" + name + "): no factory");
-  if (name == "cpu" || name == "cpu-direct" || name == "cuda" || name == "cuda-direct" || find_registered(name))
+  if (is_host_backend(name) || name == "cuda" || name == "cuda-direct" || find_registered(name))
     throw std::invalid_argument("register_backend: a backend named '" + name + "' exists already");
   registry().push_back({name, description, std::move(factory)});
 }
 
+bool is_host_backend(const std::string& name) {
+  return name == "cpu" || name == "cpu-direct" || name == "cpu-adversarial";
+}
+
 std::vector<BackendInfo> list_backends() {
   std::vector<BackendInfo> out{{"cpu", true, "host float32 kernels, bfloat16/float16 by rounding"},
-                               {"cpu-direct", true, "the host kernels with convolutions in the direct form (no im2col)"}};
+                               {"cpu-direct", true, "the host kernels with convolutions in the direct form (no im2col)"},
+                               {"cpu-adversarial", true,
+                                "the host kernels with products and long sums in a worst-case order (slow)"}};
 #if GRADEQ_HAVE_CUDA
   const CudaDeviceStatus s = cuda_device_status();
   out.push_back({"cuda", s.available, s.detail});
@@ -72,6 +79,7 @@ std::vector<std::string> backend_names() {
 std::unique_ptr<Backend> make_backend(const std::string& name) {
   if (name == "cpu") return std::make_unique<CpuBackend>();
   if (name == "cpu-direct") return std::make_unique<CpuBackend>(ConvForm::direct);
+  if (name == "cpu-adversarial") return std::make_unique<CpuBackend>(ConvForm::im2col, SumOrder::adversarial);
   if (name == "cuda" || name == "cuda-direct") {
 #if GRADEQ_HAVE_CUDA
     const CudaDeviceStatus s = cuda_device_status();

@@ -1,5 +1,6 @@
 // backends.h — backends by name, for the CLI, the tests and a user's own
-// program. Two are built in (cpu, and cuda where built); a program adds its
+// program. Built in: the host backend cpu and its forms cpu-direct and
+// cpu-adversarial, and cuda and cuda-direct where built; a program adds its
 // own with register_backend() before it hands over to the command line
 // (gradeq/gradeq.h), and every verb then accepts the name. Asking for a
 // backend this build or this machine cannot provide raises
@@ -42,5 +43,8 @@ std::vector<std::string> backend_names();
 // std::invalid_argument for an unknown name (the message lists the known
 // ones), EnvironmentError for one that cannot run here.
 std::unique_ptr<Backend> make_backend(const std::string& name);
+// One of the built-in host backends (cpu and its forms): host memory only,
+// one instance per thread where a command runs several.
+bool is_host_backend(const std::string& name);
 
 }  // namespace gradeq

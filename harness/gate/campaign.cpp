@@ -40,7 +40,7 @@ Campaign run_campaign(const SelfTestOptions& o, Backend& base, const ProgressSin
   std::mutex lock;
   // One backend per thread: the host backend is not shared between threads.
   std::vector<std::unique_ptr<Backend>> backends;
-  const bool host = base.name() == "cpu" || base.name() == "cpu-direct";
+  const bool host = is_host_backend(base.name());
   for (int t = 0; host && t < o.threads; ++t) backends.push_back(make_backend(base.name()));
   auto backend_for = [&](long t) -> Backend& { return host ? *backends[static_cast<std::size_t>(t)] : base; };
   const int threads = host ? o.threads : 1;

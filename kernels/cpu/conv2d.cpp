@@ -18,6 +18,9 @@
 //                    (beta = 1); db[o] over (n, oy, ox) likewise.
 // A different order from im2col's blocked GEMM for every sum, under the
 // same one-dot-product bounds (docs/NUMERICS.md, "Convolutions").
+// cpu-adversarial is the im2col form with its GEMMs and db's sums in the
+// adversarial order (cpu::adversarial_sum); col2im's k^2 additions stay in
+// tap order.
 #include <algorithm>
 
 #include "kernels/check.h"
@@ -177,7 +180,7 @@ void CpuBackend::conv2d_forward(const Conv2dConfig& c, const Tensor& x, const Te
   float* product = cols + row_count * c.taps();
   for (long g = 0; g < c.groups; ++g) {
     im2col(c, values(x), samples, g, cols);
-    gemm(cols, false, values(w) + g * og * c.taps(), true, product, row_count, og, c.taps());
+    gemm(cols, false, values(w) + g * og * c.taps(), true, product, row_count, og, c.taps(), sum_order_);
     dispatch(y.dtype, [&](auto dt) {
       constexpr DType D = decltype(dt)::value;
       for (long n = 0; n < samples; ++n)
@@ -207,7 +210,7 @@ void CpuBackend::conv2d_backward_data(const Conv2dConfig& c, const Tensor& dy, c
   std::fill(dxv, dxv + dx.size(), 0.0f);
   for (long g = 0; g < c.groups; ++g) {
     output_rows(c, values(dy), samples, g, rows);
-    gemm(rows, false, values(w) + g * og * c.taps(), false, dcols, row_count, c.taps(), og);
+    gemm(rows, false, values(w) + g * og * c.taps(), false, dcols, row_count, c.taps(), og, sum_order_);
     for (long n = 0; n < samples; ++n)
       for (long ch = 0; ch < c.in_per_group(); ++ch) {
         float* image = dxv + n * c.in_size() + (g * c.in_per_group() + ch) * plane;
@@ -243,13 +246,11 @@ void CpuBackend::conv2d_backward_weight(const Conv2dConfig& c, const Tensor& dy,
   if (direct) {
     direct_backward_weight(c, values(dy), values(x), samples, product, sums);
   } else {
-    std::fill(sums, sums + c.out_channels, 0.0f);
     for (long g = 0; g < c.groups; ++g) {
       im2col(c, values(x), samples, g, cols);
       output_rows(c, values(dy), samples, g, rows);
-      gemm(rows, true, cols, false, product + g * og * c.taps(), og, c.taps(), row_count);
-      for (long r = 0; r < row_count; ++r)
-        for (long o = 0; o < og; ++o) sums[g * og + o] += rows[r * og + o];
+      gemm(rows, true, cols, false, product + g * og * c.taps(), og, c.taps(), row_count, sum_order_);
+      column_sums(rows, row_count, og, sums + g * og, sum_order_);
     }
   }
   float* dwv = values(dw);

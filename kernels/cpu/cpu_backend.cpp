@@ -47,16 +47,61 @@ using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::Ro
 using ConstMap = Eigen::Map<const RowMatrix>;
 using Map = Eigen::Map<RowMatrix>;
 
-ConstMap matrix(const Tensor& t) { return ConstMap(values(t), t.rows, t.cols); }
-
 }  // namespace
 
+
+float cpu::adversarial_sum(const float* terms, long n) {
+  if (n <= 0) return 0.0f;
+  thread_local std::vector<float> ordered;
+  ordered.resize(static_cast<std::size_t>(n));
+  long front = 0;
+  for (long i = 0; i < n; ++i)
+    if (!(terms[i] < 0.0f)) ordered[static_cast<std::size_t>(front++)] = terms[i];
+  for (long i = 0; i < n; ++i)
+    if (terms[i] < 0.0f) ordered[static_cast<std::size_t>(front++)] = terms[i];
+  const long splits = std::min(n, kAdversarialSplits);
+  float part[kAdversarialSplits];
+  for (long s = 0; s < splits; ++s) {
+    float acc = 0.0f;
+    for (long i = n * s / splits; i < n * (s + 1) / splits; ++i) acc += ordered[static_cast<std::size_t>(i)];
+    part[s] = acc;
+  }
+  for (long width = 1; width < splits; width *= 2)
+    for (long s = 0; s + width < splits; s += 2 * width) part[s] += part[s + width];
+  return part[0];
+}
+
+void cpu::column_sums(const float* m, long rows, long cols, float* out, SumOrder order) {
+  if (order == SumOrder::natural) {
+    std::fill(out, out + cols, 0.0f);
+    for (long i = 0; i < rows; ++i)
+      for (long j = 0; j < cols; ++j) out[j] += m[i * cols + j];
+    return;
+  }
+  std::vector<float> column(static_cast<std::size_t>(rows));
+  for (long j = 0; j < cols; ++j) {
+    for (long i = 0; i < rows; ++i) column[static_cast<std::size_t>(i)] = m[i * cols + j];
+    out[j] = adversarial_sum(column.data(), rows);
+  }
+}
+
 void cpu::gemm(const float* a, bool a_transposed, const float* b, bool b_transposed, float* c, long m, long n,
-               long k) {
+               long k, SumOrder order) {
   Map out(c, m, n);
   if (m == 0 || n == 0) return;
   if (k == 0) {
     out.setZero();
+    return;
+  }
+  if (order == SumOrder::adversarial) {
+    std::vector<float> products(static_cast<std::size_t>(k));
+    for (long i = 0; i < m; ++i)
+      for (long j = 0; j < n; ++j) {
+        for (long q = 0; q < k; ++q)
+          products[static_cast<std::size_t>(q)] =
+              (a_transposed ? a[q * m + i] : a[i * k + q]) * (b_transposed ? b[j * k + q] : b[q * n + j]);
+        c[i * n + j] = adversarial_sum(products.data(), k);
+      }
     return;
   }
   const ConstMap am(a, a_transposed ? k : m, a_transposed ? m : k);
@@ -70,6 +115,11 @@ void cpu::gemm(const float* a, bool a_transposed, const float* b, bool b_transpo
   } else {
     out.noalias() = am * bm;
   }
+}
+
+CpuBackend::CpuBackend(ConvForm conv_form, SumOrder sum_order) : conv_form_(conv_form), sum_order_(sum_order) {
+  if (conv_form == ConvForm::direct && sum_order == SumOrder::adversarial)
+    throw std::invalid_argument("CpuBackend: the adversarial order sums convolutions through im2col, not the direct form");
 }
 
 float* CpuBackend::scratch(std::size_t n) {
@@ -162,12 +212,7 @@ void CpuBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& 
   if (rows == 0 || out == 0) return;
   float* yv = values(y);
   const float* bv = b.empty() ? nullptr : values(b);
-  Map acc(yv, rows, out);
-  if (in == 0) {
-    acc.setZero();
-  } else {
-    acc.noalias() = matrix(x) * matrix(w).transpose();
-  }
+  gemm(values(x), false, values(w), true, yv, rows, out, in, sum_order_);
   dispatch(y.dtype, [&](auto dt) {
     constexpr DType D = decltype(dt)::value;
     for (long i = 0; i < rows; ++i) {
@@ -183,12 +228,7 @@ void CpuBackend::linear_backward_data(const Tensor& dy, const Tensor& w, const T
   require_shape(dy, rows, out, "linear_backward_data dy");
   require_shape(dx, rows, in, "linear_backward_data dx");
   if (rows == 0 || in == 0) return;
-  Map acc(values(dx), rows, in);
-  if (out == 0) {
-    acc.setZero();
-  } else {
-    acc.noalias() = matrix(dy) * matrix(w);
-  }
+  gemm(values(dy), false, values(w), false, values(dx), rows, in, out, sum_order_);
   round_in_place(values(dx), dx.size(), dx.dtype);
 }
 
@@ -212,19 +252,8 @@ void CpuBackend::linear_backward_weight(const Tensor& dy, const Tensor& x, const
   }
   float* p = scratch_.data();
   float* column_sums = p + products;
-  if (in > 0) {
-    Map product(p, out, in);
-    if (rows == 0) {
-      product.setZero();
-    } else {
-      product.noalias() = matrix(dy).transpose() * matrix(x);
-    }
-  }
-  std::fill(column_sums, column_sums + out, 0.0f);
-  for (long i = 0; i < rows; ++i) {
-    const float* row = dyv + i * out;
-    for (long o = 0; o < out; ++o) column_sums[o] += row[o];
-  }
+  gemm(dyv, true, values(x), false, p, out, in, rows, sum_order_);
+  cpu::column_sums(dyv, rows, out, column_sums, sum_order_);
   float* dwv = values(dw);
   float* dbv = db.empty() ? nullptr : values(db);
   dispatch(dw.dtype, [&](auto dt) {
@@ -301,14 +330,16 @@ void CpuBackend::norm_forward(const NormConfig& c, const Tensor& x, const Tensor
     const auto element = [&](long i) { return geo.element(g, i); };
     float mean = 0.0f;
     if (centred) {
-      for (long i = 0; i < n; ++i) mean += xv[element(i)];
-      mean /= static_cast<float>(n);
+      Sum total(sum_order_);
+      for (long i = 0; i < n; ++i) total.add(xv[element(i)]);
+      mean = total.result() / static_cast<float>(n);
     }
-    float sum_sq = 0.0f;
+    Sum squares(sum_order_);
     for (long i = 0; i < n; ++i) {
       const float d = xv[element(i)] - mean;
-      sum_sq += d * d;
+      squares.add(d * d);
     }
+    const float sum_sq = squares.result();
     const float rstd = 1.0f / std::sqrt(sum_sq / static_cast<float>(n) + c.eps);
     for (long i = 0; i < n; ++i) {
       const long e = element(i);
@@ -344,16 +375,16 @@ void CpuBackend::norm_backward(const NormConfig& c, const Tensor& x, const Tenso
   for (long g = 0; g < geo.group_count(); ++g) {
     const auto element = [&](long i) { return geo.element(g, i); };
     const float mean = values(saved_mean)[g], rstd = values(saved_rstd)[g];
-    float mean_g = 0.0f, mean_gx = 0.0f;
+    Sum sum_g(sum_order_), sum_gx(sum_order_);
     for (long i = 0; i < n; ++i) {
       const long e = element(i);
       x_hat[e] = (xv[e] - mean) * rstd;
       const float gd = gv[geo.channel(e)] * dyv[e];
-      mean_g += gd;
-      mean_gx += gd * x_hat[e];
+      sum_g.add(gd);
+      sum_gx.add(gd * x_hat[e]);
     }
-    mean_g = centred ? mean_g / static_cast<float>(n) : 0.0f;
-    mean_gx /= static_cast<float>(n);
+    const float mean_g = centred ? sum_g.result() / static_cast<float>(n) : 0.0f;
+    const float mean_gx = sum_gx.result() / static_cast<float>(n);
     for (long i = 0; i < n; ++i) {
       const long e = element(i);
       values(dx)[e] = round_to(rstd * (gv[geo.channel(e)] * dyv[e] - mean_g - x_hat[e] * mean_gx), dx.dtype);
@@ -362,15 +393,15 @@ void CpuBackend::norm_backward(const NormConfig& c, const Tensor& x, const Tenso
   // Per channel, over every row and the channel's columns, in that order.
   const long spatial = geo.spatial;
   for (long ch = 0; ch < geo.channels(); ++ch) {
-    float sum_gx = 0.0f, sum_d = 0.0f;
+    Sum sum_gx(sum_order_), sum_d(sum_order_);
     for (long r = 0; r < rows; ++r)
       for (long p = 0; p < spatial; ++p) {
         const long e = r * cols + ch * spatial + p;
-        sum_gx += dyv[e] * x_hat[static_cast<std::size_t>(e)];
-        sum_d += dyv[e];
+        sum_gx.add(dyv[e] * x_hat[static_cast<std::size_t>(e)]);
+        sum_d.add(dyv[e]);
       }
-    values(dgamma)[ch] = round_to(values(dgamma)[ch] + sum_gx, dgamma.dtype);
-    if (centred) values(dbeta)[ch] = round_to(values(dbeta)[ch] + sum_d, dbeta.dtype);
+    values(dgamma)[ch] = round_to(values(dgamma)[ch] + sum_gx.result(), dgamma.dtype);
+    if (centred) values(dbeta)[ch] = round_to(values(dbeta)[ch] + sum_d.result(), dbeta.dtype);
   }
 }
 
@@ -380,21 +411,21 @@ double CpuBackend::loss_forward_backward(LossKind k, const Tensor& y, const Tens
   require_kernel_loss(k);
   require_shape(dy, rows, cols, "loss dy");
   const float* yv = values(y);
-  float total = 0.0f;
+  Sum total(sum_order_);
   if (k == LossKind::mse) {
     require_shape(targets, rows, cols, "mse targets");
     const float inv_cols = 1.0f / static_cast<float>(cols);
     for (long i = 0; i < rows; ++i) {
-      float row = 0.0f;
+      Sum row(sum_order_);
       for (long j = 0; j < cols; ++j) {
         const float d = yv[i * cols + j] - values(targets)[i * cols + j];
-        row += d * d;
+        row.add(d * d);
         values(dy)[i * cols + j] =
             round_to(element::mse_grad(yv[i * cols + j], values(targets)[i * cols + j], inv_cols, scale), dy.dtype);
       }
-      total += row * inv_cols;
+      total.add(row.result() * inv_cols);
     }
-    return total;
+    return total.result();
   }
   require_shape(targets, rows, 1, "cross_entropy targets");
   std::vector<float> e(static_cast<std::size_t>(cols));
@@ -407,18 +438,19 @@ double CpuBackend::loss_forward_backward(LossKind k, const Tensor& y, const Tens
     GRADEQ_REQUIRE(cls < cols, "cross_entropy: class index out of range");
     float row_max = yv[i * cols];
     for (long j = 1; j < cols; ++j) row_max = std::max(row_max, yv[i * cols + j]);
-    float denom = 0.0f;
+    Sum terms(sum_order_);
     for (long j = 0; j < cols; ++j) {
       e[j] = std::exp(yv[i * cols + j] - row_max);
-      denom += e[j];
+      terms.add(e[j]);
     }
-    total += std::log(denom) - (yv[i * cols + cls] - row_max);
+    const float denom = terms.result();
+    total.add(std::log(denom) - (yv[i * cols + cls] - row_max));
     for (long j = 0; j < cols; ++j) {
       const float p = e[j] / denom;
       values(dy)[i * cols + j] = round_to(scale * (j == cls ? p - 1.0f : p), dy.dtype);
     }
   }
-  return total;
+  return total.result();
 }
 
 void CpuBackend::zero(std::span<const Tensor> ts) {
@@ -460,6 +492,12 @@ void CpuBackend::accumulate(std::span<const Tensor> dst, std::span<const Tensor>
 // over the list), and the partial sums are combined pairwise at the end.
 // The order depends on the tensors' sizes only.
 float CpuBackend::global_norm(std::span<const Tensor> ts) {
+  if (sum_order_ == SumOrder::adversarial) {
+    Sum squares(sum_order_);
+    for (const Tensor& t : ts)
+      for (long i = 0; i < t.size(); ++i) squares.add(values(t)[i] * values(t)[i]);
+    return std::sqrt(squares.result());
+  }
   constexpr long kNormLanes = 32;
   float part[kNormLanes] = {};
   for (const Tensor& t : ts) {

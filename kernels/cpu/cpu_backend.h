@@ -3,7 +3,8 @@
 // rounded to that dtype (bit-identical to storing the narrow type).
 // Deterministic by construction: every reduction has one fixed order, set
 // by the shapes (for the GEMMs, Eigen's blocked kernels: by the shapes, the
-// build's instruction set and the cache sizes Eigen's blocking reads).
+// build's instruction set and the cache sizes Eigen's blocking reads), or
+// in the adversarial order, by the shapes and the terms' signs.
 #pragma once
 
 #include <map>
@@ -14,10 +15,24 @@
 
 namespace gradeq {
 
+// The order the host kernels sum in. natural: each loop's own order and
+// Eigen's blocked GEMMs (backend "cpu"). adversarial: the products and the
+// long reductions (bias, normalizer and loss sums, the global norm) in a
+// correct but worst-case order, cpu::adversarial_sum (backend
+// "cpu-adversarial", with im2col convolutions): a kernel that any bound
+// holding for every order must pass, and that uses more of it than the
+// natural order does (NUMERICS §10).
+enum class SumOrder { natural, adversarial };
+
 class CpuBackend : public Backend {
  public:
-  explicit CpuBackend(ConvForm conv_form = ConvForm::im2col) : conv_form_(conv_form) {}
-  std::string name() const override { return conv_form_ == ConvForm::direct ? "cpu-direct" : "cpu"; }
+  // The adversarial order sums convolutions through im2col's GEMMs: it
+  // takes no direct form (std::invalid_argument).
+  explicit CpuBackend(ConvForm conv_form = ConvForm::im2col, SumOrder sum_order = SumOrder::natural);
+  std::string name() const override {
+    if (sum_order_ == SumOrder::adversarial) return "cpu-adversarial";
+    return conv_form_ == ConvForm::direct ? "cpu-direct" : "cpu";
+  }
 
   Tensor allocate(long rows, long cols, DType dtype) override;
   void release(Tensor& t) override;
@@ -48,6 +63,7 @@ class CpuBackend : public Backend {
   std::size_t peak_bytes_ = 0;
   std::vector<float> scratch_;  // the weight gradient's float32 product, reused
   ConvForm conv_form_;
+  SumOrder sum_order_;
 };
 
 }  // namespace gradeq
