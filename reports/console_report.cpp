@@ -67,8 +67,16 @@ std::string selftest_summary(const SelfTestReport& report) {
   for (const MutantSummary& m : report.mutants) {
     std::string by;
     for (const std::string& p : m.caught_by) by += (by.empty() ? "" : ", ") + p;
-    out << fmt::format("  {:8}  {:4} {}\n", m.caught_by.empty() ? "SURVIVED" : "caught", m.id,
-                       m.caught_by.empty() ? m.bug : "by " + by);
+    std::string detection;
+    if (report.scenarios_only) {
+      const MutantDetection d = mutant_detection(report, m.id);
+      detection = d.caught ? fmt::format(" (detecting err/bound {:.3g}, separation {:.3g})", d.smallest_detecting_ratio,
+                                         d.separation)
+                           : fmt::format(" (not shown: worst err/bound {:.3g}, correct code's {:.3g})",
+                                         d.worst_passing_ratio, report.correct_scenarios_ratio());
+    }
+    out << fmt::format("  {:8}  {:4} {}{}\n", m.caught_by.empty() ? "SURVIVED" : "caught", m.id,
+                       m.caught_by.empty() ? m.bug : "by " + by, detection);
   }
   for (const B16Threshold& t : report.b16)
     out << fmt::format("  B16 with {} compute: caught from N = {}\n", dtype_name(t.compute),
@@ -88,8 +96,15 @@ std::string selftest_summary(const SelfTestReport& report) {
                          m.float32_separation, m.detected, m.cases, m.marginal, m.smallest_detecting_ratio,
                          m.separation);
   }
-  out << fmt::format("selftest: {} ({} mutants, {} survived) in {:.1f} s\n", report.passed() ? "PASS" : "FAIL",
-                     report.mutants.size(), report.survivors().size(), report.seconds);
+  if (report.scenarios_only) {
+    out << fmt::format("selftest: {} (correct code {}; these scenarios catch {} of {} mutants, {} not shown) in {:.1f} s\n",
+                       report.passed() ? "PASS" : "FAIL", report.passed() ? "passes" : "FAILS",
+                       report.mutants.size() - report.survivors().size(), report.mutants.size(),
+                       report.survivors().size(), report.seconds);
+  } else {
+    out << fmt::format("selftest: {} ({} mutants, {} survived) in {:.1f} s\n", report.passed() ? "PASS" : "FAIL",
+                       report.mutants.size(), report.survivors().size(), report.seconds);
+  }
   return out.str();
 }
 

@@ -1,5 +1,6 @@
 // selftest_report.cpp — the self-test as JSON and Markdown: the kill
 // matrix with shrunk counterexamples, B16's threshold, the campaign.
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -31,7 +32,8 @@ nlohmann::json selftest_json(const SelfTestReport& r) {
                      {"counterexample_samples", c.counterexample_samples},
                      {"counterexample_parameters", c.counterexample_parameters},
                      {"message", c.run.message},
-                     {"reproduce", c.run.reproduce}});
+                     {"reproduce", c.run.reproduce},
+                     {"detecting_ratio", json_number(c.detecting_ratio)}});
   nlohmann::json mutants = nlohmann::json::array();
   for (const MutantSummary& m : r.mutants)
     mutants.push_back({{"id", m.id}, {"bug", m.bug}, {"source", m.source}, {"caught_by", m.caught_by}});
@@ -45,7 +47,20 @@ nlohmann::json selftest_json(const SelfTestReport& r) {
   nlohmann::json out = {{"backend", r.backend},       {"suite", r.suite}, {"ranks", r.ranks}, {"seed", r.seed},       {"cases", r.cases}, {"size", size_tier_name(r.size)},
                         {"passed", r.passed()},       {"survivors", r.survivors()},
                         {"correct", correct},         {"kill_matrix", cells}, {"mutants", mutants},
-                        {"b16_threshold", b16},       {"seconds", r.seconds}};
+                        {"b16_threshold", b16},       {"seconds", r.seconds},
+                        {"scenarios_only", r.scenarios_only}, {"correct_scenarios_ratio", json_number(r.correct_scenarios_ratio())}};
+  if (r.scenarios_only) {
+    nlohmann::json detections = nlohmann::json::array();
+    for (const MutantSummary& m : r.mutants) {
+      const MutantDetection d = mutant_detection(r, m.id);
+      detections.push_back({{"mutant", m.id},
+                            {"caught", d.caught},
+                            {"smallest_detecting_ratio", json_number(d.caught ? d.smallest_detecting_ratio : 0.0)},
+                            {"separation", json_number(d.caught ? d.separation : 0.0)},
+                            {"worst_passing_ratio", json_number(d.worst_passing_ratio)}});
+    }
+    out["detections"] = detections;
+  }
   if (r.campaign) {
     const Campaign& c = *r.campaign;
     nlohmann::json cm = nlohmann::json::array();
@@ -98,6 +113,12 @@ std::string selftest_markdown(const SelfTestReport& r) {
        << "that runs the backend is run against correct code (it must pass) and against one mutant per catalogued "
           "bug (docs/BUGS.md; kernels/mutants): each mutant must be caught by at least one property, with a "
           "shrunk counterexample.\n\n";
+    if (r.scenarios_only)
+      md << "Scenarios only (`selftest --config " << r.suite << "`): each scenario runs on correct code (it must "
+            "pass) and against every mutant, every scenario for each; a cell is caught where the scenario fails. "
+            "Each mutant's detecting err/bound is the smallest among the scenarios that caught it, and its "
+            "separation that ÷ the worst err/bound of correct code over the scenarios ("
+         << fmt::format("{:.3g}", r.correct_scenarios_ratio()) << ").\n\n";
     if (r.suite == "scale")
       md << "The scale suite's named scenarios run too, as one check (`" << kScenariosCheck
          << "`): each must pass on correct code, and a mutant is caught by the first one it fails (its name is "
@@ -119,7 +140,12 @@ std::string selftest_markdown(const SelfTestReport& r) {
      << " caught the mutant (" << (data_parallel ? "its first failure" : "its shrunk counterexample")
      << " below), · where it did not (it does not exercise the bug).\n\n| mutant | bug |";
   std::vector<std::string> properties;
-  for (const PropertyRun& p : r.correct) properties.push_back(p.name);
+  if (r.scenarios_only) {
+    for (const KillCell& c : r.cells)
+      if (std::find(properties.begin(), properties.end(), c.property) == properties.end()) properties.push_back(c.property);
+  } else {
+    for (const PropertyRun& p : r.correct) properties.push_back(p.name);
+  }
   for (const std::string& p : properties) md << " " << p << " |";
   md << "\n|---|---|";
   for (std::size_t i = 0; i < properties.size(); ++i) md << "---|";
@@ -142,6 +168,18 @@ std::string selftest_markdown(const SelfTestReport& r) {
         if (c.mutant == m.id && c.caught)
           md << "  - " << c.property << ": " << c.run.message
              << (c.run.counterexample.empty() ? "" : " (shrunk case: `" + c.run.counterexample + "`)") << "\n";
+    }
+    return md.str();
+  }
+  if (r.scenarios_only) {
+    md << "\n## Detection\n\nWhere no scenario caught a mutant, the last column gives the largest err/bound it "
+          "left: equal to correct code's, the scenarios do not exercise the bug at all.\n\n| mutant | caught | "
+          "smallest detecting err/bound | separation | largest err/bound where not caught |\n|---|---|---|---|---|\n";
+    for (const MutantSummary& m : r.mutants) {
+      const MutantDetection d = mutant_detection(r, m.id);
+      md << "| " << m.id << " | " << (d.caught ? "yes" : "**no**") << " | "
+         << (d.caught ? ratio_text(d.smallest_detecting_ratio) : "—") << " | " << (d.caught ? ratio_text(d.separation) : "—")
+         << " | " << (d.caught ? "—" : fmt::format("{:.3g}", d.worst_passing_ratio)) << " |\n";
     }
     return md.str();
   }

@@ -54,6 +54,13 @@ sed -E 's/("worst_ratio": )0\.1([0-9])/\10.0\2/' "$work/base/report.json" >"$wor
 expect 1 "grown .*fails the run|fails the run" -- check --scenario mlp_mse_equal --property Exactness --baseline "$work/tight.json" --fail-on-drift
 expect 0 "checks flagged" -- check --scenario mlp_mse_equal --property Exactness --baseline "$work/tight.json"
 expect 2 "campaign" -- selftest --campaign 0
+# The self-test on a user's own scenarios: what they catch, each mutant's
+# detecting err/bound; the generated cases' options do not apply.
+expect 0 "these scenarios catch [0-9]+ of [0-9]+ mutants" -- selftest --config "$(dirname "$0")/../examples/plan/model.toml" \
+  --out "$work/stc"
+grep -q "## Detection" "$work/stc/selftest.md" || { echo "FAIL: no detection table in selftest.md"; failures=$((failures + 1)); }
+expect 2 "does not apply to selftest --config" -- selftest --config "$(dirname "$0")/../examples/plan/model.toml" --cases 5
+expect 2 "does not apply to selftest --config" -- selftest --config "$(dirname "$0")/../examples/plan/model.toml" --suite scale
 # Beside another run's report: refused when it cannot be shown or read; a
 # section of the report otherwise.
 expect 2 "give --report DIR" -- check --scenario mlp_mse_equal --beside "$work/base/report.json"

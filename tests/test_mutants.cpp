@@ -16,6 +16,7 @@
 #include "harness/gate/selftest.h"
 #include "harness/core/mutants.h"
 #include "properties/properties.h"
+#include "reports/report.h"
 #include "support.h"
 #include "harness/core/op_table.h"
 
@@ -358,6 +359,52 @@ TEST(Mutants, ScenariosCheckStopsAtTheFirstScenarioAMutantFails) {
   EXPECT_FALSE(first.passed);
   EXPECT_EQ(first.cases, 0);
   EXPECT_EQ(first.counterexample, "exact_dyadic") << first.message;
+}
+
+// selftest --config: each scenario against every mutant, every one (no
+// stop at the first failure), with the err/bound that detected it. B6
+// (a partial last window dropped) is caught by the scenario that has one
+// alone, far above correct code; B3 (N x G) by both; a convolution's halo
+// (B44) by neither, and it leaves exactly correct code's err/bound (not
+// exercised). Survivors are the measurement here, not a failure.
+TEST(Mutants, ConfigSelfTestGivesEachMutantItsDetectingRatio) {
+  const std::vector<ScenarioSpec> suite = default_scenarios();
+  SelfTestOptions options;
+  options.scenarios = {*find_scenario(suite, "mlp_mse_equal"), *find_scenario(suite, "partial_last_window")};
+  options.scenarios_only = true;
+  options.suite = "two_scenarios.toml";
+  CpuBackend cpu;
+  const SelfTestReport r = run_selftest(options, cpu);
+  ASSERT_EQ(r.correct.size(), 1u);  // the scenarios on correct code: no generated cases
+  EXPECT_TRUE(r.correct[0].passed) << r.correct[0].message;
+  EXPECT_TRUE(r.b16.empty());
+  EXPECT_EQ(r.cells.size(), 2 * r.mutants.size());
+  const double correct = r.correct_scenarios_ratio();
+  EXPECT_GT(correct, 0.0);
+  const auto cell = [&](const std::string& mutant, const std::string& scenario) -> const KillCell& {
+    for (const KillCell& c : r.cells)
+      if (c.mutant == mutant && c.property == kScenarioCellPrefix + scenario) return c;
+    ADD_FAILURE() << "no cell " << mutant << " / " << scenario;
+    return r.cells.front();
+  };
+  EXPECT_FALSE(cell("B6", "mlp_mse_equal").caught);
+  EXPECT_TRUE(cell("B6", "partial_last_window").caught);
+  EXPECT_GT(cell("B6", "partial_last_window").detecting_ratio, 10.0 * correct);
+  EXPECT_TRUE(cell("B3", "mlp_mse_equal").caught);
+  EXPECT_TRUE(cell("B3", "partial_last_window").caught);
+  EXPECT_FALSE(cell("B44", "mlp_mse_equal").caught);
+  EXPECT_FALSE(cell("B44", "partial_last_window").caught);
+  const MutantDetection b6 = mutant_detection(r, "B6"), b44 = mutant_detection(r, "B44");
+  EXPECT_TRUE(b6.caught);
+  EXPECT_DOUBLE_EQ(b6.separation, cell("B6", "partial_last_window").detecting_ratio / correct);
+  EXPECT_FALSE(b44.caught);
+  EXPECT_DOUBLE_EQ(b44.worst_passing_ratio, correct);
+  EXPECT_TRUE(r.passed()) << "survivors are reported, not failures, under --config";
+  EXPECT_FALSE(r.survivors().empty());
+  const nlohmann::json j = selftest_json(r);
+  EXPECT_TRUE(j.at("scenarios_only").get<bool>());
+  EXPECT_EQ(j.at("detections").size(), r.mutants.size());
+  EXPECT_NE(selftest_markdown(r).find("## Detection"), std::string::npos);
 }
 
 // B19 on every backend: the real racy kernel on cuda (skipped without a

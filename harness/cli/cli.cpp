@@ -484,8 +484,9 @@ struct SelfTestArgs {
   std::string size = "small";
   std::string out_dir;
   std::string suite = "default";
+  std::string config_file;  // selftest --config: these scenarios only
   double timeout = kDefaultTimeout;
-  bool cases_given = false, size_given = false, timeout_given = false, campaign_given = false;
+  bool cases_given = false, size_given = false, timeout_given = false, campaign_given = false, suite_given = false;
   std::uint64_t command = 0;
 };
 
@@ -544,6 +545,14 @@ int run_data_parallel_selftest_command(const SelfTestArgs& a) {
 int run_selftest_command(const SelfTestArgs& a) {
   if (a.suite == "data_parallel") return run_data_parallel_selftest_command(a);
   if (a.timeout_given) throw std::invalid_argument("--timeout applies to the data_parallel self-test only");
+  if (!a.config_file.empty()) {
+    // Its scenarios only: the options of the generated cases do not apply.
+    for (const auto& [given, option] : {std::pair{a.suite_given, "--suite"}, std::pair{a.cases_given, "--cases"},
+                                        std::pair{a.size_given, "--size"}, std::pair{a.campaign_given, "--campaign"}})
+      if (given)
+        throw std::invalid_argument(std::string(option) + " does not apply to selftest --config (its scenarios only, "
+                                                          "against every mutant)");
+  }
   const std::uint64_t seed = parse_seed(a.seed);
   if (!replayed_properties().empty())
     throw std::invalid_argument("selftest runs every property against every mutant; RC_PARAMS replays a failure "
@@ -560,6 +569,11 @@ int run_selftest_command(const SelfTestArgs& a) {
   options.size = size_tier_of(a.size_given ? a.size : (a.suite == "scale" ? "large" : "small"));
   options.suite = a.suite;
   if (a.suite == "scale") options.scenarios = scale_scenarios();
+  if (!a.config_file.empty()) {
+    options.scenarios = load_scenarios(a.config_file);
+    options.scenarios_only = true;
+    options.suite = a.config_file;
+  }
   const ProgressSink progress = make_progress();
   const SelfTestReport report = run_selftest(options, *backend, progress);
   end_progress();
@@ -638,6 +652,10 @@ int run_cli(int argc, char** argv) {
                        "shapes, and the scale suite's scenarios against them) or data_parallel (the data-parallel "
                        "mutants, under mpirun -np W with W >= 2)")
       ->check(CLI::IsMember({"default", "scale", "data_parallel"}));
+  selftest->add_option("--config", selftest_args.config_file,
+                       "Only this TOML file's scenarios: each on correct code and against every single-process "
+                       "mutant, with each mutant's detecting err/bound and separation")
+      ->check(CLI::ExistingFile);
   add_timeout_option(*selftest, selftest_args.timeout);
 
   PlanArgs plan_args;
@@ -690,6 +708,7 @@ int run_cli(int argc, char** argv) {
   selftest_args.size_given = given(selftest, "--size");
   selftest_args.timeout_given = given(selftest, "--timeout");
   selftest_args.campaign_given = given(selftest, "--campaign");
+  selftest_args.suite_given = given(selftest, "--suite");
   check_args.command = report_args.command = selftest_args.command = command_line_hash(argc, argv);
 
   try {

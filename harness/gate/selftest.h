@@ -8,6 +8,7 @@
 // their ratio (the separation).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -34,7 +35,12 @@ struct SelfTestOptions {
   // one check, kScenariosCheck, that stops at the first scenario a mutant
   // fails (a property stops at its first failing case).
   std::vector<ScenarioSpec> scenarios;
-  std::string suite = "default";  // the name reports give the run: default or scale
+  std::string suite = "default";  // the name reports give the run: default, scale or a config file's path
+  // `selftest --config F`: F's scenarios only (no generated cases, no B16
+  // threshold, no campaign), each run against every mutant (no stop at the
+  // first failure): every scenario gets its own cell, with the err/bound
+  // that detected the mutant and its separation from correct code.
+  bool scenarios_only = false;
 };
 
 inline constexpr const char* kScenariosCheck = "SuiteScenarios";
@@ -44,7 +50,13 @@ struct KillCell {
   bool caught = false;
   PropertyRun run;  // counterexample, message, reproduce string
   long counterexample_samples = 0, counterexample_parameters = 0;
+  // scenarios_only: the largest err/bound of the verdicts that failed (0
+  // where none did; Inf where a failing tensor had no finite ratio).
+  double detecting_ratio = 0.0;
 };
+
+// scenarios_only: a cell's property is kScenarioCellPrefix + the scenario's name.
+inline constexpr const char* kScenarioCellPrefix = "scenario ";
 
 struct MutantSummary {
   std::string id, bug, source;
@@ -99,6 +111,15 @@ struct Campaign {
   bool calibrated() const;
 };
 
+// selftest --config: one mutant over the scenario cells. The smallest
+// err/bound among the cells that caught it, and that ÷ correct code's
+// worst (the separation); where none did, the largest err/bound it left
+// in the scenarios (equal to correct code's: not exercised at all).
+struct MutantDetection {
+  bool caught = false;
+  double smallest_detecting_ratio = HUGE_VAL, separation = 0.0, worst_passing_ratio = 0.0;
+};
+
 struct SelfTestReport {
   std::string backend;
   // "default": generated cases against the single-process mutants;
@@ -118,9 +139,17 @@ struct SelfTestReport {
   std::optional<Campaign> campaign;
   double seconds = 0.0;
 
+  bool scenarios_only = false;  // selftest --config: the cells are scenarios
+
   std::vector<std::string> survivors() const;
-  bool passed() const;  // correct code passes, no mutant survives; campaign: no false alarm, calibrated
+  // Correct code passes and no mutant survives (scenarios_only: survivors
+  // are reported, not failures); campaign: no false alarm, calibrated.
+  bool passed() const;
+  // The worst err/bound of correct code over the named scenarios (kScenariosCheck), 0 without them.
+  double correct_scenarios_ratio() const;
 };
+
+MutantDetection mutant_detection(const SelfTestReport& report, const std::string& mutant);
 
 SelfTestReport run_selftest(const SelfTestOptions& options, Backend& backend, const ProgressSink& progress = {});
 
