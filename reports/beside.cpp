@@ -6,7 +6,6 @@
 // natural order. Both sides are report.json documents.
 #include <algorithm>
 #include <sstream>
-#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -35,14 +34,7 @@ std::string quotient_cell(const nlohmann::json& here, const nlohmann::json& ther
 }  // namespace
 
 void check_beside(const nlohmann::json& other) {
-  if (!other.is_object() || other.value("tool", "") != "gradeq") throw std::invalid_argument("--beside: not a gradeq report.json");
-  const nlohmann::json version = other.value("schema_version", nlohmann::json());
-  if (version != nlohmann::json(report_schema_version()))
-    throw std::invalid_argument("--beside: report schema version " + version.dump() + ", this gradeq writes " +
-                                std::to_string(report_schema_version()) + ": run it again with this gradeq");
-  for (const char* list : {"scenarios", "properties"})
-    if (!other.contains(list) || !other.at(list).is_array())
-      throw std::invalid_argument(std::string("--beside: no list of ") + list);
+  check_report_document(other, "--beside", "run it again with this gradeq");
 }
 
 nlohmann::json compare_beside(const nlohmann::json& current, const nlohmann::json& other) {
@@ -135,17 +127,7 @@ std::string beside_caption(const nlohmann::json& beside) {
 std::string beside_markdown(const nlohmann::json& beside) {
   std::ostringstream md;
   md << "## Beside backend " << beside.value("other_backend", "") << "\n\n" << beside_caption(beside) << "\n\n";
-  const std::vector<std::vector<std::string>> table = beside_table(beside);
-  for (std::size_t i = 0; i < table.size(); ++i) {
-    md << "|";
-    for (const std::string& cell : table[i]) md << " " << cell << " |";
-    md << "\n";
-    if (i == 0) {
-      md << "|";
-      for (std::size_t c = 0; c < table[i].size(); ++c) md << "---|";
-      md << "\n";
-    }
-  }
+  md << markdown_table(beside_table(beside));
   if (!beside.at("properties").empty()) {
     md << "\n| property | worst err/bound, " << beside.value("backend", "") << " | worst err/bound, "
        << beside.value("other_backend", "") << " |\n|---|---|---|\n";

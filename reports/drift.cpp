@@ -33,16 +33,20 @@ Tensors tensors_of(const nlohmann::json& verdict) {
 
 }  // namespace
 
-void check_baseline(const nlohmann::json& baseline) {
-  if (!baseline.is_object() || baseline.value("tool", "") != "gradeq")
-    throw std::invalid_argument("--baseline: not a gradeq report.json");
-  const nlohmann::json version = baseline.value("schema_version", nlohmann::json());
+void check_report_document(const nlohmann::json& report, const std::string& option, const std::string& remedy) {
+  if (!report.is_object() || report.value("tool", "") != "gradeq")
+    throw std::invalid_argument(option + ": not a gradeq report.json");
+  const nlohmann::json version = report.value("schema_version", nlohmann::json());
   if (version != nlohmann::json(report_schema_version()))
-    throw std::invalid_argument("--baseline: report schema version " + version.dump() + ", this gradeq writes " +
-                                std::to_string(report_schema_version()) + ": regenerate the baseline");
+    throw std::invalid_argument(option + ": report schema version " + version.dump() + ", this gradeq writes " +
+                                std::to_string(report_schema_version()) + ": " + remedy);
   for (const char* list : {"scenarios", "properties"})
-    if (!baseline.contains(list) || !baseline.at(list).is_array())
-      throw std::invalid_argument(std::string("--baseline: no list of ") + list);
+    if (!report.contains(list) || !report.at(list).is_array())
+      throw std::invalid_argument(option + ": no list of " + list);
+}
+
+void check_baseline(const nlohmann::json& baseline) {
+  check_report_document(baseline, "--baseline", "regenerate the baseline");
 }
 
 void check_baseline_scenarios(const std::vector<std::string>& scenarios, const nlohmann::json& baseline) {

@@ -97,6 +97,21 @@ void scenario_section(std::ostringstream& md, const ScenarioResult& s) {
 
 }  // namespace
 
+std::string markdown_table(const std::vector<std::vector<std::string>>& rows) {
+  std::ostringstream md;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    md << "|";
+    for (const std::string& cell : rows[i]) md << " " << cell << " |";
+    md << "\n";
+    if (i == 0) {
+      md << "|";
+      for (std::size_t c = 0; c < rows[0].size(); ++c) md << "---|";
+      md << "\n";
+    }
+  }
+  return md.str();
+}
+
 std::string report_markdown(const CheckReport& r, const std::vector<Figure>* figures) {
   std::ostringstream md;
   md << "# gradeq report\n\n";
@@ -125,17 +140,7 @@ std::string report_markdown(const CheckReport& r, const std::vector<Figure>* fig
     md << "## Memory\n\nThe accumulated run's bytes at its peak by category, and the peaks predicted from "
           "one-micro-batch runs (fixed + per-sample bytes; a result fails beyond "
        << 100.0 * kMemoryTolerance << " %, docs/MEMORY.md).\n\n";
-    for (std::size_t i = 0; i < memory.size(); ++i) {
-      md << "|";
-      for (const std::string& cell : memory[i]) md << " " << cell << " |";
-      md << "\n";
-      if (i == 0) {
-        md << "|";
-        for (std::size_t c = 0; c < memory[0].size(); ++c) md << "---|";
-        md << "\n";
-      }
-    }
-    md << "\n";
+    md << markdown_table(memory) << "\n";
   }
 
   if (!r.properties.empty()) {

@@ -78,6 +78,15 @@ std::vector<std::vector<std::string>> beside_table(const nlohmann::json& beside)
 std::string beside_caption(const nlohmann::json& beside);
 std::string beside_markdown(const nlohmann::json& beside);
 
+// A table in Markdown: the first row is the header.
+std::string markdown_table(const std::vector<std::vector<std::string>>& rows);
+
+// A report.json that an option (--baseline, --beside) names: refused
+// (std::invalid_argument, naming the option) when it is not a gradeq
+// report of this schema version with its lists of scenarios and
+// properties; `remedy` says what to do about another version.
+void check_report_document(const nlohmann::json& report, const std::string& option, const std::string& remedy);
+
 // Text inside XML or HTML markup (element content or a quoted attribute).
 std::string markup_escaped(const std::string& text);
 
