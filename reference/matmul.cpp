@@ -45,7 +45,107 @@ Dense product(const Dense& x, const Dense& y) {
   return out;
 }
 
+namespace {
+
+thread_local bool bounds_in_float32_always = false;
+
+constexpr double kFloat32Unit = 0x1p-24;       // u: float32's unit roundoff
+constexpr double kFloat32Underflow = 0x1p-150;  // eta: half float32's smallest subnormal
+// An element is summed in float32 only where the underflow allowance is at
+// most this fraction of its float32 sum.
+constexpr double kUnderflowShare = 0x1p-20;
+
+bool bounds_in_float32(long m, long k, long p) {
+  if (k > kFloat32BoundTerms) return false;
+  return bounds_in_float32_always ||
+         static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(p) >= kFloat32BoundWork;
+}
+
+// 1 / (1 - gamma_{k+2}), gamma_j = j u / (1 - j u), times 1 + 2^-50 for the
+// float64 operations that apply it: the float32 sum of k non-negative
+// products, each operand and product rounded once, is at least
+// (1 - gamma_{k+2}) times the exact sum, less the underflow allowance.
+double float32_sum_margin(long k) {
+  const double ju = static_cast<double>(k + 2) * kFloat32Unit;
+  return (1.0 - ju) / (1.0 - 2.0 * ju) * (1.0 + 0x1p-50);
+}
+
+using Float32 = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// The exponent e that brings a largest element m into [1/2, 1) times 2^-e.
+int exponent_of(double m) {
+  int e = 0;
+  std::frexp(m, &e);
+  return e;
+}
+
+// Largest elements within these powers of two are scaled into float32's
+// range: the scales, and a product's scale back, are float64 values.
+constexpr double kScaledMin = 0x1p-500, kScaledMax = 0x1p500;
+bool scalable(const Eigen::VectorXd& largest) {
+  for (double m : largest)
+    if (m != 0.0 && !(m >= kScaledMin && m <= kScaledMax)) return false;
+  return true;
+}
+
+}  // namespace
+
+double bound_sum_inflation(long k) {
+  if (k > kFloat32BoundTerms) return 1.0;
+  return float32_sum_margin(k) * (1.0 + kUnderflowShare);
+}
+
+void add_bound_product(Dense& acc, const Dense& x, const Dense& y) {
+  const long m = x.rows(), k = x.cols(), p = y.cols();
+  if (!bounds_in_float32(m, k, p)) return add_product(acc, x, y);
+  if (all_zero(x) || all_zero(y)) return;
+  // Each row of x and each column of y scaled by a power of two to a
+  // largest element in [1/2, 1): products are at most 1, sums at most k,
+  // and scaling back is exact. A vector of zeros adds nothing.
+  const Eigen::VectorXd row_max = x.rowwise().maxCoeff(), column_max = y.colwise().maxCoeff().transpose();
+  if (!scalable(row_max) || !scalable(column_max)) return add_product(acc, x, y);
+  const Eigen::VectorXi row_exponent = row_max.unaryExpr(&exponent_of),
+                        column_exponent = column_max.unaryExpr(&exponent_of);
+  const auto to_scale = [](int e) { return std::ldexp(1.0, -e); };
+  const Eigen::VectorXd row_scale = row_exponent.unaryExpr(to_scale), column_scale = column_exponent.unaryExpr(to_scale);
+  const Float32 x32 = (row_scale.asDiagonal() * x).cast<float>(), y32 = (y * column_scale.asDiagonal()).cast<float>();
+  // Scaling back: 2^(e_i + f_j), a normal float64 value within 2^±1002.
+  const auto back = [](int e) { return std::ldexp(1.0, e); };
+  const Eigen::VectorXd row_back = row_exponent.unaryExpr(back), column_back = column_exponent.unaryExpr(back);
+  // Every operand, product and partial sum of the float32 GEMM rounds once
+  // (relative u) or underflows (absolute eta, at most 4 k eta over a sum):
+  // exact <= (float32 sum + 4 k eta) margin.
+  const double slack = 4.0 * static_cast<double>(k) * kFloat32Underflow, margin = float32_sum_margin(k),
+               margin64 = 1.0 + static_cast<double>(2 * k + 4) * 0x1p-53;
+  for_panels(m, static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(p), [&](long r0, long r1) {
+    const Float32 sums = x32.middleRows(r0, r1 - r0) * y32;
+    for (long i = r0; i < r1; ++i) {
+      if (row_max(i) == 0.0) continue;
+      for (long j = 0; j < p; ++j) {
+        if (column_max(j) == 0.0) continue;
+        const double s = sums(i - r0, j);
+        if (s * kUnderflowShare >= slack) {
+          acc(i, j) += (s + slack) * margin * (row_back(i) * column_back(j));
+        } else {  // so small that underflow may matter: float64, with its own margin
+          acc(i, j) += x.row(i).dot(y.col(j)) * margin64;
+        }
+      }
+    }
+  });
+}
+
+Dense bound_product(const Dense& x, const Dense& y) {
+  Dense out = Dense::Zero(x.rows(), y.cols());
+  add_bound_product(out, x, y);
+  return out;
+}
+
 }  // namespace matrix_form
+
+ScopedBoundSumsInFloat32::ScopedBoundSumsInFloat32() : previous_(matrix_form::bounds_in_float32_always) {
+  matrix_form::bounds_in_float32_always = true;
+}
+ScopedBoundSumsInFloat32::~ScopedBoundSumsInFloat32() { matrix_form::bounds_in_float32_always = previous_; }
 
 using namespace matrix_form;
 
@@ -153,24 +253,37 @@ void ProductSums::State::add(const Matrix<Bounded>& a, const Matrix<Bounded>& b)
   }
   // The values and the sums of the rule, one GEMM each.
   add_sums(value, matmul(pa.value, pb.value));
-  add_sums(abs_product, product(pa.abs, pb.abs));
+  // sum |a| |b| decides exactness (in float64, and in float32 through M)
+  // where a row and a column are both exact: it is then summed in float64
+  // as the scalar rule sums it; elsewhere it scales the reference's own
+  // rounding, a bound sum. Exactness only ends over later slices, so a
+  // slice with no such pair leaves none in the whole product.
+  const auto exact_somewhere = [](const std::vector<VectorFacts>& facts) {
+    return std::any_of(facts.begin(), facts.end(), [](const VectorFacts& f) { return f.exact || f.exact_reference; });
+  };
+  if (exact_somewhere(pa.facts) && exact_somewhere(pb.facts)) {
+    add_sums(abs_product, product(pa.abs, pb.abs));
+  } else {
+    add_sums(abs_product, bound_product(pa.abs, pb.abs));
+  }
   // First order and the second-order terms e_a e_b in parts
   // (detail::second_order), grouped by operand as ref::dot groups them.
   const RoundingModel& model = rounding_model();
-  Dense sys = product(pa.systematic, pb.abs);
-  add_product(sys, pa.abs, pb.systematic);
-  add_product(sys, pa.systematic_total, pb.systematic_total);
-  if (model.reduction == ReductionBound::probabilistic) add_product(sys, pa.scale, pb.scale);
+  Dense sys = bound_product(pa.systematic, pb.abs);
+  add_bound_product(sys, pa.abs, pb.systematic);
+  add_bound_product(sys, pa.systematic_total, pb.systematic_total);
+  if (model.reduction == ReductionBound::probabilistic) add_bound_product(sys, pa.scale, pb.scale);
   add_sums(systematic, std::move(sys));
-  Dense rnd = product(pa.random, Dense(pb.abs + pb.hard));
-  add_product(rnd, Dense(pa.abs + pa.systematic_total), pb.random);
+  Dense rnd = bound_product(pa.random, Dense(pb.abs + pb.hard));
+  add_bound_product(rnd, Dense(pa.abs + pa.systematic_total), pb.random);
   add_sums(random, std::move(rnd));
-  add_sums(scale_a, product(Dense(pa.scale.array().square()),
-                            Dense((pb.abs + pb.systematic_total + model.confidence * pb.scale).array().square())));
-  add_sums(scale_b, product(Dense((pa.abs + pa.systematic_total).array().square()), Dense(pb.scale.array().square())));
-  Dense ref = product(pa.reference, pb.abs);
-  add_product(ref, pa.abs, pb.reference);
-  add_product(ref, pa.reference, pb.reference);
+  add_sums(scale_a, bound_product(Dense(pa.scale.array().square()),
+                                  Dense((pb.abs + pb.systematic_total + model.confidence * pb.scale).array().square())));
+  add_sums(scale_b,
+           bound_product(Dense((pa.abs + pa.systematic_total).array().square()), Dense(pb.scale.array().square())));
+  Dense ref = bound_product(pa.reference, pb.abs);
+  add_bound_product(ref, pa.abs, pb.reference);
+  add_bound_product(ref, pa.reference, pb.reference);
   add_sums(reference, std::move(ref));
 
   // Shared sources: singletons folded by GEMMs; each pair's merged
@@ -178,11 +291,11 @@ void ProductSums::State::add(const Matrix<Bounded>& a, const Matrix<Bounded>& b)
   // (or, where the other operand has no zero, the pair's own count).
   const std::vector<std::uint64_t> common = common_sources(pa, pb);
   Sources sa = gather_sources(pa, true, common), sb = gather_sources(pb, false, common);
-  Dense folded = product(sa.single_folded, pb.abs);
-  add_product(folded, pa.abs, sb.single_folded);
+  Dense folded = bound_product(sa.single_folded, pb.abs);
+  add_bound_product(folded, pa.abs, sb.single_folded);
   add_sums(single_folded, std::move(folded));
-  Dense multi = product(sa.multi_folded, pb.abs);
-  add_product(multi, pa.abs, sb.multi_folded);
+  Dense multi = bound_product(sa.multi_folded, pb.abs);
+  add_bound_product(multi, pa.abs, sb.multi_folded);
   add_sums(multi_folded, std::move(multi));
   Dense count = product(sa.single_count, pb.nonzero);
   add_product(count, pa.nonzero, sb.single_count);
@@ -235,7 +348,7 @@ void ProductSums::State::add(const Matrix<Bounded>& a, const Matrix<Bounded>& b)
   }
   // M = sum (|a| + H_a)(|b| + H_b), with H = systematic + random + shared
   // magnitude.
-  add_sums(magnitude, product(Dense(pa.abs + pa.hard), Dense(pb.abs + pb.hard)));
+  add_sums(magnitude, bound_product(Dense(pa.abs + pa.hard), Dense(pb.abs + pb.hard)));
   if (first) {
     fa = pa.facts;
     fb = pb.facts;
@@ -299,7 +412,6 @@ Matrix<Bounded> ProductSums::State::decide() const {
         s.random = random(i, j);
         s.scale_a = scale_a(i, j);
         s.scale_b = scale_b(i, j);
-        s.magnitude = magnitude(i, j);
         s.abs_product = abs_product(i, j);
         s.reference = reference(i, j);
         if (folds(i, j) != 0.0) {
@@ -348,6 +460,10 @@ Matrix<Bounded> ProductSums::State::decide() const {
         x.exact_operands = ra.exact && cb.exact;
         x.exact_references = ra.exact_reference && cb.exact_reference;
         x.finite = ra.finite && cb.finite;
+        // M decides exactness only where every operand is exact: it is then
+        // sum |a| |b|, whose float64 sum the exactness test reads, as the
+        // scalar rule's. Elsewhere it scales roundings, as a bound sum.
+        s.magnitude = x.exact_operands ? abs_product(i, j) : magnitude(i, j);
         out(i, j) = detail::dot_result(n, s, x);
       }
   });

@@ -70,6 +70,20 @@ class ScopedMatmulByRule {
   bool previous_;
 };
 
+// Within this scope, on this thread, the matrix form sums every bound in
+// float32 (with its margin), whatever the product's size: tests hold the
+// float32 path to the scalar rule on small operands.
+class ScopedBoundSumsInFloat32 {
+ public:
+  ScopedBoundSumsInFloat32();
+  ~ScopedBoundSumsInFloat32();
+  ScopedBoundSumsInFloat32(const ScopedBoundSumsInFloat32&) = delete;
+  ScopedBoundSumsInFloat32& operator=(const ScopedBoundSumsInFloat32&) = delete;
+
+ private:
+  bool previous_;
+};
+
 template <class T>
 Matrix<T> transposed(const Matrix<T>& m) {
   return m.transpose();

@@ -43,6 +43,24 @@ void add_product(Dense& acc, const Dense& x, const Dense& y);
 // x y.
 Dense product(const Dense& x, const Dense& y);
 
+// The rule's bound sums (every sum but the value, sum |a| |b| and the
+// shared sources' counts and coefficients): acc += S, where S is never
+// below the exact sum x y of the non-negative, finite operands and at most
+// bound_sum_inflation(k) times it (docs/NUMERICS.md §3, "Bound sums in
+// float32"). A product of at least kFloat32BoundWork multiply-adds over at
+// most kFloat32BoundTerms terms runs as a float32 GEMM on operands scaled
+// by powers of two, row by row of x and column by column of y, with the
+// derived margin; an element whose float32 sum is too small for the
+// underflow allowance to be negligible is summed in float64. Smaller
+// products, and longer reductions, are float64 GEMMs.
+constexpr double kFloat32BoundWork = 0x1p22;  // multiply-adds
+constexpr long kFloat32BoundTerms = 1L << 16;
+void add_bound_product(Dense& acc, const Dense& x, const Dense& y);
+Dense bound_product(const Dense& x, const Dense& y);
+// The largest factor by which a float32 bound sum over k terms may exceed
+// the exact sum (1 where it is summed in float64).
+double bound_sum_inflation(long k);
+
 // What the exactness test needs of one operand's vector of the reduction.
 struct VectorFacts {
   int max_bits = 0, min_exponent = 1 << 20;

@@ -17,6 +17,7 @@
 #include "reference/dot.h"
 #include "reference/layers.h"
 #include "reference/matmul.h"
+#include "reference/matmul_operands.h"
 #include "reference/parallel.h"
 
 namespace gradeq::ref {
@@ -124,6 +125,105 @@ TEST(Matmul, MatrixFormIsTheScalarRule) {
   EXPECT_GT(with_shared, 100);
   EXPECT_GT(exact, 10);
   EXPECT_GT(partly_folded, 5);  // some outputs folded every source, others of the same product followed them
+}
+
+// Where the bound sums run in float32 (with their margin), every bound is
+// at least the scalar rule's and at most bound_sum_inflation(n) times it;
+// values and shared terms are the rule's.
+void expect_within_inflation(const Bounded& fast, const Bounded& rule, double inflation, const std::string& where) {
+  EXPECT_LE(std::abs(fast.value - rule.value), fast.reference + rule.reference + 1e-300) << where;
+  const auto within = [&](double f, double r, const char* part) {
+    EXPECT_GE(f, r * (1.0 - 1e-12)) << where << " " << part;
+    EXPECT_LE(f, r * inflation * (1.0 + 1e-12)) << where << " " << part;
+  };
+  within(fast.kernel_bound, rule.kernel_bound, "kernel bound");
+  within(fast.kernel_parts.systematic, rule.kernel_parts.systematic, "systematic");
+  within(fast.kernel_parts.random, rule.kernel_parts.random, "random");
+  within(fast.kernel_parts.scale, rule.kernel_parts.scale, "scale");
+  within(fast.reference, rule.reference, "reference");
+  EXPECT_EQ(fast.shared.count, rule.shared.count) << where;
+  EXPECT_LE(relative_difference(detail::shared_magnitude(fast.shared), detail::shared_magnitude(rule.shared)), 1e-9)
+      << where;
+}
+
+TEST(Matmul, BoundSumsInFloat32AreTheScalarRuleOrUpToTheirMargin) {
+  Shapes g(7);
+  long compared = 0, looser = 0, exact = 0;
+  double widest = 1.0;
+  const ScopedBoundSumsInFloat32 float32;
+  for (int trial = 0; trial < 90; ++trial) {
+    const long m = 1 + static_cast<long>(g.rng() % 9), n = 1 + static_cast<long>(g.rng() % 40),
+               p = 1 + static_cast<long>(g.rng() % 9);
+    const std::uint64_t base_b = trial % 3 == 0 ? 1u << 24 : 2u << 24;
+    const Matrix<Bounded> a = g.operand(m, n, 1u << 24), b = g.operand(n, p, base_b);
+    const Matrix<Bounded> fast = matmul(a, b), rule = matmul_by_rule(a, b);
+    const double inflation = matrix_form::bound_sum_inflation(n);
+    for (long i = 0; i < fast.size(); ++i) {
+      const Bounded &f = fast.data()[i], &r = rule.data()[i];
+      expect_within_inflation(f, r, inflation, "trial " + std::to_string(trial) + " element " + std::to_string(i));
+      ++compared;
+      exact += r.kernel_bound == 0.0;
+      looser += f.kernel_bound > r.kernel_bound * (1.0 + 1e-12);
+      if (r.kernel_bound > 0.0) widest = std::max(widest, f.kernel_bound / r.kernel_bound);
+    }
+  }
+  std::printf("  widest kernel bound over the scalar rule's: %.9f (margin at n = 40: %.9f)\n", widest,
+              matrix_form::bound_sum_inflation(40));
+  EXPECT_GT(compared, 1000);
+  EXPECT_GT(exact, 10);    // exact products stay exact: M is then the float64 sum |a| |b|
+  EXPECT_GT(looser, 500);  // the float32 path ran, and its margin shows
+}
+
+// The float32 bound sum against the exact sum of non-negative products
+// (long double, 64 significand bits: within 2^-52 of exact at these
+// lengths), over the ranges the reference meets: magnitudes 2^-60 to
+// 2^60 in one operand, values that underflow float32 once scaled (2^-140
+// below their row's largest), zeros, whole rows and columns of zeros. A
+// float32 GEMM without the margin falls below the exact sum on many
+// elements: the margin is what makes it a bound.
+TEST(BoundSums, Float32SumIsNeverBelowTheExactSumAndWithinItsMargin) {
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  long compared = 0, raw_below = 0, fell_back = 0;
+  const ScopedBoundSumsInFloat32 float32;
+  for (long k : {1L, 7L, 300L, 4096L}) {
+    const long m = 40, p = 24;
+    matrix_form::Dense x(m, k), y(k, p);
+    for (long i = 0; i < m; ++i)
+      for (long j = 0; j < k; ++j) {
+        const double r = unit(rng);
+        x(i, j) = r < 0.1 ? 0.0 : unit(rng) * std::ldexp(1.0, static_cast<int>(rng() % 121) - 60);
+        if (i % 9 == 4) x(i, j) = std::ldexp(unit(rng), -140 - static_cast<int>(rng() % 20));  // tiny rows
+        if (i == 7) x(i, j) = 0.0;                                                         // a row of zeros
+      }
+    x(4, 0) = 1.0;  // a tiny row with one large element: the others underflow once scaled
+    for (long i = 0; i < k; ++i)
+      for (long j = 0; j < p; ++j) y(i, j) = j == 5 ? 0.0 : unit(rng) * std::ldexp(1.0, static_cast<int>(rng() % 41) - 20);
+    if (k > 1) y(0, 3) = 0.0;  // row 4's one large element meets a zero: its sum is all underflow
+    matrix_form::Dense upper = matrix_form::Dense::Constant(m, p, 0.0);
+    matrix_form::add_bound_product(upper, x, y);
+    const double inflation = matrix_form::bound_sum_inflation(k);
+    for (long i = 0; i < m; ++i)
+      for (long j = 0; j < p; ++j) {
+        long double exact = 0.0L;
+        float raw = 0.0f;
+        for (long t = 0; t < k; ++t) {
+          exact += static_cast<long double>(x(i, t)) * static_cast<long double>(y(t, j));
+          raw += static_cast<float>(x(i, t)) * static_cast<float>(y(t, j));
+        }
+        const double e = static_cast<double>(exact);
+        const std::string where = "k " + std::to_string(k) + " (" + std::to_string(i) + ", " + std::to_string(j) + ")";
+        ASSERT_GE(upper(i, j), e * (1.0 - 0x1p-52)) << where;
+        ASSERT_LE(upper(i, j), e * inflation * (1.0 + 0x1p-52)) << where;
+        if (e == 0.0) ASSERT_EQ(upper(i, j), 0.0) << where;
+        raw_below += static_cast<double>(raw) < e;
+        fell_back += e != 0.0 && upper(i, j) <= e * (1.0 + 0x1p-40);  // no margin: summed in float64
+        ++compared;
+      }
+  }
+  std::printf("  %ld sums: a float32 GEMM without the margin below the exact sum at %ld\n", compared, raw_below);
+  EXPECT_GT(raw_below, compared / 10);
+  EXPECT_GT(fell_back, 0);  // some elements' float32 sums were too small to bound, and were summed in float64
 }
 
 TEST(Matmul, OperandsSharingASourceFollowTheRule) {
