@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <tuple>
@@ -49,11 +50,10 @@ namespace {
 
 thread_local bool bounds_in_float32_always = false;
 
-constexpr double kFloat32Unit = 0x1p-24;       // u: float32's unit roundoff
-constexpr double kFloat32Underflow = 0x1p-150;  // eta: half float32's smallest subnormal
-// An element is summed in float32 only where the underflow allowance is at
-// most this fraction of its float32 sum.
-constexpr double kUnderflowShare = 0x1p-20;
+constexpr double kFloat32Unit = 0x1p-24;  // u: float32's unit roundoff
+// The span of a row's or column's nonzero elements that the float32 path
+// takes: 2 (kFloat32Span + 1) < 126, so no nonzero product is subnormal.
+constexpr int kFloat32Span = 60;
 
 bool bounds_in_float32(long m, long k, long p) {
   if (k > kFloat32BoundTerms) return false;
@@ -90,9 +90,12 @@ bool scalable(const Eigen::VectorXd& largest) {
 
 }  // namespace
 
+// The float32 sum may itself be up to 1/(1 - (k+2)u) above the exact sum;
+// with the margin, 1/(1 - 2(k+2)u), and a float64 rounding applying it.
 double bound_sum_inflation(long k) {
   if (k > kFloat32BoundTerms) return 1.0;
-  return float32_sum_margin(k) * (1.0 + kUnderflowShare);
+  const double ju = static_cast<double>(k + 2) * kFloat32Unit;
+  return float32_sum_margin(k) / (1.0 - ju) * (1.0 + 0x1p-50);
 }
 
 void add_bound_product(Dense& acc, const Dense& x, const Dense& y) {
@@ -101,37 +104,51 @@ void add_bound_product(Dense& acc, const Dense& x, const Dense& y) {
   if (all_zero(x) || all_zero(y)) return;
   // Each row of x and each column of y scaled by a power of two to a
   // largest element in [1/2, 1): products are at most 1, sums at most k,
-  // and scaling back is exact. A vector of zeros adds nothing.
+  // and scaling back is exact.
   const Eigen::VectorXd row_max = x.rowwise().maxCoeff(), column_max = y.colwise().maxCoeff().transpose();
   if (!scalable(row_max) || !scalable(column_max)) return add_product(acc, x, y);
-  const Eigen::VectorXi row_exponent = row_max.unaryExpr(&exponent_of),
-                        column_exponent = column_max.unaryExpr(&exponent_of);
-  const auto to_scale = [](int e) { return std::ldexp(1.0, -e); };
-  const Eigen::VectorXd row_scale = row_exponent.unaryExpr(to_scale), column_scale = column_exponent.unaryExpr(to_scale);
+  // A row or column whose nonzero elements span more than 2^kFloat32Span
+  // is summed in float64; in the others every nonzero element, once
+  // scaled, is at least 2^-(kFloat32Span + 1), every nonzero product at
+  // least 2^-(2 kFloat32Span + 2): float32 normal numbers, so nothing
+  // underflows, and a sum is 0 exactly where every product is.
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const Eigen::VectorXd row_min = (x.array() > 0.0).select(x.array(), kInf).rowwise().minCoeff(),
+                        column_min = (y.array() > 0.0).select(y.array(), kInf).colwise().minCoeff().transpose();
+  const auto narrow = [](double largest, double smallest) {
+    return largest == 0.0 || largest <= std::ldexp(smallest, kFloat32Span);
+  };
+  std::vector<long> wide_rows, wide_columns;
+  const auto to_scale = [](double largest) { return largest == 0.0 ? 0.0 : std::ldexp(1.0, -exponent_of(largest)); };
+  Eigen::VectorXd row_scale(m), column_scale(p);
+  for (long i = 0; i < m; ++i) {
+    row_scale(i) = narrow(row_max(i), row_min(i)) ? to_scale(row_max(i)) : 0.0;
+    if (row_scale(i) == 0.0 && row_max(i) != 0.0) wide_rows.push_back(i);
+  }
+  for (long j = 0; j < p; ++j) {
+    column_scale(j) = narrow(column_max(j), column_min(j)) ? to_scale(column_max(j)) : 0.0;
+    if (column_scale(j) == 0.0 && column_max(j) != 0.0) wide_columns.push_back(j);
+  }
   const Float32 x32 = (row_scale.asDiagonal() * x).cast<float>(), y32 = (y * column_scale.asDiagonal()).cast<float>();
-  // Scaling back: 2^(e_i + f_j), a normal float64 value within 2^±1002.
-  const auto back = [](int e) { return std::ldexp(1.0, e); };
-  const Eigen::VectorXd row_back = row_exponent.unaryExpr(back), column_back = column_exponent.unaryExpr(back);
-  // Every operand, product and partial sum of the float32 GEMM rounds once
-  // (relative u) or underflows (absolute eta, at most 4 k eta over a sum):
-  // exact <= (float32 sum + 4 k eta) margin.
-  const double slack = 4.0 * static_cast<double>(k) * kFloat32Underflow, margin = float32_sum_margin(k),
-               margin64 = 1.0 + static_cast<double>(2 * k + 4) * 0x1p-53;
+  // Every operand, product and partial sum of the float32 GEMM rounds
+  // once, relatively: exact <= float32 sum * margin. Scaling back,
+  // 2^(e_i + f_j), is exact (the scales are within 2^±500). The float64
+  // sums take their own gamma.
+  const double margin = float32_sum_margin(k), margin64 = 1.0 + static_cast<double>(2 * k + 4) * 0x1p-53;
+  const Eigen::VectorXd row_back = margin * row_scale.unaryExpr([](double s) { return s == 0.0 ? 0.0 : 1.0 / s; }),
+                        column_back = column_scale.unaryExpr([](double s) { return s == 0.0 ? 0.0 : 1.0 / s; });
   for_panels(m, static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(p), [&](long r0, long r1) {
-    const Float32 sums = x32.middleRows(r0, r1 - r0) * y32;
-    for (long i = r0; i < r1; ++i) {
-      if (row_max(i) == 0.0) continue;
-      for (long j = 0; j < p; ++j) {
-        if (column_max(j) == 0.0) continue;
-        const double s = sums(i - r0, j);
-        if (s * kUnderflowShare >= slack) {
-          acc(i, j) += (s + slack) * margin * (row_back(i) * column_back(j));
-        } else {  // so small that underflow may matter: float64, with its own margin
-          acc(i, j) += x.row(i).dot(y.col(j)) * margin64;
-        }
-      }
-    }
+    const long rows = r1 - r0;
+    const Float32 sums = x32.middleRows(r0, rows) * y32;
+    acc.middleRows(r0, rows) +=
+        row_back.segment(r0, rows).asDiagonal() * sums.cast<double>() * column_back.asDiagonal();
   });
+  for (long i : wide_rows) acc.row(i) += (x.row(i) * y) * margin64;
+  if (!wide_columns.empty()) {
+    const Dense narrow_rows = row_scale.unaryExpr([](double s) { return s == 0.0 ? 0.0 : 1.0; }).asDiagonal() * x;
+    const Dense sums = product(narrow_rows, Dense(y(Eigen::all, wide_columns)));
+    for (std::size_t c = 0; c < wide_columns.size(); ++c) acc.col(wide_columns[c]) += sums.col(static_cast<long>(c)) * margin64;
+  }
 }
 
 Dense bound_product(const Dense& x, const Dense& y) {

@@ -176,30 +176,38 @@ TEST(Matmul, BoundSumsInFloat32AreTheScalarRuleOrUpToTheirMargin) {
 
 // The float32 bound sum against the exact sum of non-negative products
 // (long double, 64 significand bits: within 2^-52 of exact at these
-// lengths), over the ranges the reference meets: magnitudes 2^-60 to
-// 2^60 in one operand, values that underflow float32 once scaled (2^-140
-// below their row's largest), zeros, whole rows and columns of zeros. A
-// float32 GEMM without the margin falls below the exact sum on many
-// elements: the margin is what makes it a bound.
+// lengths), over the ranges the reference meets: rows at magnitudes 2^-80
+// to 2^80, rows of values near 2^-150, a row and a column spanning more
+// than 2^60 (summed in float64), zeros, rows and columns of zeros, and a
+// row and column that meet at no nonzero term. A float32 GEMM without the
+// margin falls below the exact sum on many elements: the margin is what
+// makes it a bound.
 TEST(BoundSums, Float32SumIsNeverBelowTheExactSumAndWithinItsMargin) {
   std::mt19937_64 rng(11);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
-  long compared = 0, raw_below = 0, fell_back = 0;
+  long compared = 0, raw_below = 0, fell_back = 0, zeros = 0;
   const ScopedBoundSumsInFloat32 float32;
   for (long k : {1L, 7L, 300L, 4096L}) {
     const long m = 40, p = 24;
     matrix_form::Dense x(m, k), y(k, p);
-    for (long i = 0; i < m; ++i)
+    for (long i = 0; i < m; ++i) {
+      const int row_exponent = static_cast<int>(rng() % 121) - 60;
       for (long j = 0; j < k; ++j) {
         const double r = unit(rng);
-        x(i, j) = r < 0.1 ? 0.0 : unit(rng) * std::ldexp(1.0, static_cast<int>(rng() % 121) - 60);
+        x(i, j) = r < 0.1 ? 0.0 : unit(rng) * std::ldexp(1.0, row_exponent + static_cast<int>(rng() % 41) - 20);
         if (i % 9 == 4) x(i, j) = std::ldexp(unit(rng), -140 - static_cast<int>(rng() % 20));  // tiny rows
         if (i == 7) x(i, j) = 0.0;                                                         // a row of zeros
+        if (i == 2 && j % 2 == 1) x(i, j) = 0.0;  // row 2 meets column 2 nowhere: an exact 0
       }
-    x(4, 0) = 1.0;  // a tiny row with one large element: the others underflow once scaled
+    }
+    x(4, 0) = 1.0;  // a tiny row with one large element: 2^140 and more between its elements
     for (long i = 0; i < k; ++i)
-      for (long j = 0; j < p; ++j) y(i, j) = j == 5 ? 0.0 : unit(rng) * std::ldexp(1.0, static_cast<int>(rng() % 41) - 20);
-    if (k > 1) y(0, 3) = 0.0;  // row 4's one large element meets a zero: its sum is all underflow
+      for (long j = 0; j < p; ++j) {
+        y(i, j) = j == 5 ? 0.0 : unit(rng) * std::ldexp(1.0, static_cast<int>(rng() % 41) - 20);
+        if (j == 2 && i % 2 == 0) y(i, j) = 0.0;
+      }
+    if (k > 1) y(0, 3) = 0.0;  // row 4's one large element meets a zero
+    y(k - 1, 9) = 0x1p-90;     // column 9 spans more than 2^60
     matrix_form::Dense upper = matrix_form::Dense::Constant(m, p, 0.0);
     matrix_form::add_bound_product(upper, x, y);
     const double inflation = matrix_form::bound_sum_inflation(k);
@@ -216,6 +224,7 @@ TEST(BoundSums, Float32SumIsNeverBelowTheExactSumAndWithinItsMargin) {
         ASSERT_GE(upper(i, j), e * (1.0 - 0x1p-52)) << where;
         ASSERT_LE(upper(i, j), e * inflation * (1.0 + 0x1p-52)) << where;
         if (e == 0.0) ASSERT_EQ(upper(i, j), 0.0) << where;
+        zeros += e == 0.0 && i != 7 && j != 5;
         raw_below += static_cast<double>(raw) < e;
         fell_back += e != 0.0 && upper(i, j) <= e * (1.0 + 0x1p-40);  // no margin: summed in float64
         ++compared;
@@ -223,7 +232,8 @@ TEST(BoundSums, Float32SumIsNeverBelowTheExactSumAndWithinItsMargin) {
   }
   std::printf("  %ld sums: a float32 GEMM without the margin below the exact sum at %ld\n", compared, raw_below);
   EXPECT_GT(raw_below, compared / 10);
-  EXPECT_GT(fell_back, 0);  // some elements' float32 sums were too small to bound, and were summed in float64
+  EXPECT_GT(fell_back, 0);  // the rows and columns of too wide a span were summed in float64
+  EXPECT_GT(zeros, 0);      // and sums with no nonzero product stayed exactly 0
 }
 
 TEST(Matmul, OperandsSharingASourceFollowTheRule) {
