@@ -223,7 +223,9 @@ TEST(BoundSums, Float32SumIsNeverBelowTheExactSumAndWithinItsMargin) {
         const std::string where = "k " + std::to_string(k) + " (" + std::to_string(i) + ", " + std::to_string(j) + ")";
         ASSERT_GE(upper(i, j), e * (1.0 - 0x1p-52)) << where;
         ASSERT_LE(upper(i, j), e * inflation * (1.0 + 0x1p-52)) << where;
-        if (e == 0.0) ASSERT_EQ(upper(i, j), 0.0) << where;
+        if (e == 0.0) {
+          ASSERT_EQ(upper(i, j), 0.0) << where;
+        }
         zeros += e == 0.0 && i != 7 && j != 5;
         raw_below += static_cast<double>(raw) < e;
         fell_back += e != 0.0 && upper(i, j) <= e * (1.0 + 0x1p-40);  // no margin: summed in float64
